@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Bytes and inodes of a filesystem, threshold findings, budgets and the largest inode consumers.
+
+Everything here is standard library only, so it runs on the rented box's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
+
+
+def percent(used, free):
+    """Used share as df computes it: used / (used + available), rounded up; None when unknown."""
+    total = used + free
+    if total <= 0:
+        return None
+    return -(-used * 100 // total)
+
+
+def usage_from_statvfs(path, st):
+    """Turn an ``os.statvfs`` result into the numbers df and df -i show for ``path``.
+
+    Bytes use the space available to unprivileged users (``f_bavail``), like df. Filesystems that do
+    not track inodes (``f_files == 0``: btrfs, many FUSE and network filesystems) report inodes as None.
+    """
+    block = st.f_frsize or st.f_bsize
+    bytes_total = st.f_blocks * block
+    bytes_free = st.f_bavail * block
+    bytes_used = (st.f_blocks - st.f_bfree) * block
+    usage = {
+        "path": path,
+        "exists": True,
+        "bytes_total": bytes_total,
+        "bytes_used": bytes_used,
+        "bytes_free": bytes_free,
+        "bytes_pct": percent(bytes_used, bytes_free),
+        "inodes_total": None,
+        "inodes_used": None,
+        "inodes_free": None,
+        "inodes_pct": None,
+    }
+    if st.f_files > 0:
+        inodes_used = st.f_files - st.f_ffree
+        usage.update(
+            inodes_total=st.f_files,
+            inodes_used=inodes_used,
+            inodes_free=st.f_favail,
+            inodes_pct=percent(inodes_used, st.f_favail),
+        )
+    return usage
+
+
+def missing_usage(path):
+    """The same keys as usage_from_statvfs, for a path that does not exist."""
+    keys = ("bytes_total", "bytes_used", "bytes_free", "bytes_pct",
+            "inodes_total", "inodes_used", "inodes_free", "inodes_pct")
+    usage = dict.fromkeys(keys)
+    usage.update(path=path, exists=False)
+    return usage
+
+
+def human_bytes(value):
+    """1536 -> '1.5 KiB'; for messages only."""
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return ("%d %s" % (amount, unit)) if unit == "B" else ("%.1f %s" % (amount, unit))
+        amount /= 1024
+    return "%d B" % value  # pragma: no cover
+
+
+def threshold_findings(usage, warn_pct, fail_pct):
+    """Findings for one path: path_missing, bytes_high, inodes_high, inodes_exhausted."""
+    path = usage["path"]
+    if not usage["exists"]:
+        return [finding("FAIL", "path_missing", "%s does not exist" % path,
+                        "Create or mount %s, or fix the path in the platform profile." % path, path=path)]
+    found = []
+    bytes_pct = usage["bytes_pct"]
+    if bytes_pct is not None and bytes_pct >= warn_pct:
+        level = "FAIL" if bytes_pct >= fail_pct else "WARN"
+        found.append(finding(
+            level, "bytes_high",
+            "%s is %d%% full by bytes (%s free of %s)" % (
+                path, bytes_pct, human_bytes(usage["bytes_free"]), human_bytes(usage["bytes_total"])),
+            "Free space on %s (old checkpoints, caches) or move outputs to a larger tier." % path, path=path))
+    inodes_pct = usage["inodes_pct"]
+    if inodes_pct is not None and (inodes_pct >= warn_pct or usage["inodes_free"] == 0):
+        exhausted = inodes_pct >= fail_pct or usage["inodes_free"] == 0
+        found.append(finding(
+            "FAIL" if exhausted else "WARN",
+            "inodes_exhausted" if exhausted else "inodes_high",
+            "%s has used %d%% of its inodes (%d free of %d)" % (
+                path, inodes_pct, usage["inodes_free"], usage["inodes_total"]),
+            "New files will fail with 'No space left on device' even with bytes free: pack small files "
+            "(tar, a zip, or one array file) or delete per-sample outputs under %s." % path, path=path))
+    return found
+
+
+def budget_findings(usage, label, need_bytes, need_inodes):
+    """Findings for a projected need (checkpoints x keep + scratch, expected file count) on one path."""
+    if not usage["exists"]:
+        return []
+    found = []
+    if need_bytes and usage["bytes_free"] is not None and need_bytes > usage["bytes_free"]:
+        found.append(finding(
+            "FAIL", "budget_bytes_short",
+            "%s needs %s on %s, %s free" % (
+                label, human_bytes(need_bytes), usage["path"], human_bytes(usage["bytes_free"])),
+            "Free space, keep fewer checkpoints, or rent a larger disk before launching.",
+            path=usage["path"]))
+    if need_inodes and usage["inodes_free"] is not None and need_inodes > usage["inodes_free"]:
+        found.append(finding(
+            "FAIL", "budget_inodes_short",
+            "%s needs %d inodes on %s, %d free" % (label, need_inodes, usage["path"], usage["inodes_free"]),
+            "Pack exported files into archives or shards, or write them to a tier with more inodes.",
+            path=usage["path"]))
+    return found
+
+
+def top_inode_consumers(path, limit, one_filesystem=True):
+    """The ``limit`` children of ``path`` that hold the most inodes, like ``du --inodes -d1``.
+
+    Each entry counts itself and everything below it; symlinks are not followed. With
+    ``one_filesystem`` the walk does not descend into other mounts (like ``du -x``). Unreadable
+    directories are counted as one entry and listed in ``errors``. Returns (rows, errors).
+    """
+    errors = []
+    try:
+        root_dev = os.lstat(path).st_dev
+    except OSError as exc:
+        return [], ["%s: %s" % (path, exc.strerror)]
+    rows = []
+    try:
+        children = list(os.scandir(path))
+    except OSError as exc:
+        return [], ["%s: %s" % (path, exc.strerror)]
+    for child in children:
+        count = 1
+        if child.is_dir(follow_symlinks=False):
+            count += _count_below(child.path, root_dev if one_filesystem else None, errors)
+        rows.append({"path": child.path, "inodes": count})
+    rows.sort(key=lambda row: (-row["inodes"], row["path"]))
+    return rows[:limit], errors
+
+
+def _count_below(top, device, errors):
+    """Number of entries below directory ``top`` (not counting ``top``), iteratively."""
+    total = 0
+    stack = [top]
+    while stack:
+        current = stack.pop()
+        try:
+            if device is not None and os.lstat(current).st_dev != device:
+                continue
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    total += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError as exc:
+            errors.append("%s: %s" % (current, exc.strerror))
+    return total
+
+
+def tree_bytes(path):
+    """Apparent size in bytes of the files below ``path`` (symlinks not followed), and the file count."""
+    total = files = 0
+    stack = [path]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+                        files += 1
+        except OSError:
+            continue
+    return total, files
+
+
+def hf_cache_report(cache_path, home):
+    """Where the Hugging Face cache lives and how big it is.
+
+    ``other_filesystem`` is True when the cache (after resolving a symlink) sits on a different
+    filesystem than ``home``: the usual trick of symlinking it onto the data disk.
+    """
+    report = {"path": cache_path, "exists": False, "is_symlink": False, "target": None,
+              "other_filesystem": None, "bytes": None, "files": None, "models": []}
+    try:
+        link = os.lstat(cache_path)
+    except OSError:
+        return report
+    report["is_symlink"] = stat.S_ISLNK(link.st_mode)
+    target = os.path.realpath(cache_path)
+    report["target"] = target
+    try:
+        target_dev = os.stat(target).st_dev
+    except OSError:
+        return report  # a dangling symlink: it "exists" as a link only
+    report["exists"] = True
+    try:
+        report["other_filesystem"] = target_dev != os.stat(home).st_dev
+    except OSError:
+        report["other_filesystem"] = None
+    report["bytes"], report["files"] = tree_bytes(target)
+    hub = os.path.join(target, "hub")
+    models = []
+    if os.path.isdir(hub):
+        for entry in os.scandir(hub):
+            if entry.name.startswith(("models--", "datasets--")) and entry.is_dir(follow_symlinks=False):
+                size, _count = tree_bytes(entry.path)
+                models.append({"name": entry.name, "bytes": size})
+    models.sort(key=lambda row: (-row["bytes"], row["name"]))
+    report["models"] = models
+    return report

@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: inode_check
+short_description: Report bytes and inodes of storage tiers, with thresholds, budgets and the largest inode consumers
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer contributors
+description:
+  - Reports, for each path, the bytes and inodes of the filesystem that holds it (total, used, free, percent), as
+    C(df) and C(df -i) would.
+  - Rented boxes run out of inodes long before bytes (a durable FS with a cap of about 200K inodes fills up with
+    per-sample evaluation images while C(df -h) shows a third used). This module checks both.
+  - Returns findings with stable codes against thresholds, projected budgets (bytes and inodes a job will need),
+    the largest inode consumers under each path, and where the Hugging Face cache lives and how big it is.
+  - Read-only. It never changes anything on the host.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads, so check mode runs it as usual.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  paths:
+    description:
+      - The paths to report on, usually the storage tiers of the platform profile (data disk, durable FS, home).
+      - A path that does not exist yields a C(path_missing) finding, not an error.
+    type: list
+    elements: path
+    required: true
+  warn_pct:
+    description: Percent used (bytes or inodes) at which a C(WARN) finding is raised.
+    type: int
+    default: 85
+  fail_pct:
+    description: Percent used at which a C(FAIL) finding is raised (C(bytes_high) at FAIL level, C(inodes_exhausted)).
+    type: int
+    default: 95
+  top:
+    description:
+      - How many of the largest inode consumers (the direct children of each path, like C(du --inodes -d1)) to list.
+      - C(0) skips the walk. The walk does not cross into other filesystems and does not follow symlinks.
+    type: int
+    default: 5
+  budgets:
+    description:
+      - Projected needs to check against free bytes and inodes, for example
+        checkpoint bytes times the number of kept checkpoints plus scratch, or the number of files an export will write.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: A path on the filesystem the need applies to.
+        type: path
+        required: true
+      label:
+        description: What the need is for, used in messages.
+        type: str
+        default: projected need
+      bytes:
+        description: Bytes needed.
+        type: int
+        default: 0
+      inodes:
+        description: Inodes (files and directories) needed.
+        type: int
+        default: 0
+  hf_cache:
+    description:
+      - The Hugging Face cache to audit. C(~) expands to the home of the remote user.
+      - Set to an empty string to skip the audit.
+    type: str
+    default: ~/.cache/huggingface
+  fail_on:
+    description:
+      - The level at which the task fails. V(never) only reports.
+    type: str
+    choices: [FAIL, WARN, never]
+    default: FAIL
+notes:
+  - Percentages are computed as C(df) does, C(used / (used + available)), rounded up.
+  - Filesystems that do not track inodes (btrfs, many FUSE and network filesystems) report inode values as null.
+"""
+
+EXAMPLES = r"""
+- name: Check the AutoDL storage tiers
+  remote_gpu.trainer.inode_check:
+    paths:
+      - /root/autodl-tmp
+      - /root/autodl-fs
+      - /root
+    fail_on: never
+  register: storage
+
+- name: Refuse to launch when ten checkpoints of 4 GiB and 150000 exported images do not fit
+  remote_gpu.trainer.inode_check:
+    paths: [/root/autodl-tmp, /root/autodl-fs]
+    top: 0
+    budgets:
+      - path: /root/autodl-tmp
+        label: 10 checkpoints x 4 GiB + 20 GiB scratch
+        bytes: "{{ (10 * 4 + 20) * 1024 ** 3 }}"
+      - path: /root/autodl-fs
+        label: evaluation export
+        inodes: 150000
+"""
+
+RETURN = r"""
+status:
+  description: The worst level among the findings; C(INFO) counts as C(PASS).
+  type: str
+  returned: always
+  sample: WARN
+paths:
+  description: One entry per requested path, in the order given.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - path: /root/autodl-fs
+      exists: true
+      bytes_total: 214748364800
+      bytes_used: 71582788267
+      bytes_free: 143165576533
+      bytes_pct: 34
+      inodes_total: 200000
+      inodes_used: 182000
+      inodes_free: 18000
+      inodes_pct: 91
+      top:
+        - path: /root/autodl-fs/eval_images
+          inodes: 176003
+      top_errors: []
+findings:
+  description: Problems found, each with a level, a stable code, the path, a message with the evidence and an action.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - level: WARN
+      code: inodes_high
+      path: /root/autodl-fs
+      message: /root/autodl-fs has used 91% of its inodes (18000 free of 200000)
+      action: Pack small files or delete per-sample outputs.
+hf_cache:
+  description:
+    - Where the Hugging Face cache lives, whether it is a symlink onto another filesystem, and its size.
+    - Null when O(hf_cache) is empty.
+  type: dict
+  returned: always
+  sample:
+    path: /root/.cache/huggingface
+    exists: true
+    is_symlink: true
+    target: /root/autodl-tmp/huggingface_cache
+    other_filesystem: true
+    bytes: 15032385536
+    files: 112
+    models:
+      - name: models--meta-llama--Llama-3.1-8B
+        bytes: 16060522496
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, worst
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type="list", elements="path", required=True),
+            warn_pct=dict(type="int", default=85),
+            fail_pct=dict(type="int", default=95),
+            top=dict(type="int", default=5),
+            budgets=dict(
+                type="list", elements="dict", default=[],
+                options=dict(
+                    path=dict(type="path", required=True),
+                    label=dict(type="str", default="projected need"),
+                    bytes=dict(type="int", default=0),
+                    inodes=dict(type="int", default=0),
+                ),
+            ),
+            hf_cache=dict(type="str", default="~/.cache/huggingface"),
+            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def usage_of(path):
+    try:
+        return diskusage.usage_from_statvfs(path, os.statvfs(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return diskusage.missing_usage(path)
+
+
+def run(params):
+    """Gather the report for the given module parameters; returns (result dict, error message or None)."""
+    if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
+        return None, ("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
+                      % (params["warn_pct"], params["fail_pct"]))
+    if params["top"] < 0:
+        return None, "top must be 0 or more, got %d" % params["top"]
+    reports, findings = [], []
+    for path in params["paths"]:
+        try:
+            usage = usage_of(path)
+        except OSError as exc:
+            return None, "cannot read filesystem statistics of %s: %s" % (path, exc.strerror)
+        usage["top"], usage["top_errors"] = [], []
+        if usage["exists"] and params["top"] and os.path.isdir(path):
+            usage["top"], usage["top_errors"] = diskusage.top_inode_consumers(path, params["top"])
+        findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+        reports.append(usage)
+    for budget in params["budgets"]:
+        try:
+            usage = usage_of(budget["path"])
+        except OSError as exc:
+            return None, "cannot read filesystem statistics of %s: %s" % (budget["path"], exc.strerror)
+        if not usage["exists"]:
+            findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+            continue
+        findings.extend(diskusage.budget_findings(usage, budget["label"], budget["bytes"], budget["inodes"]))
+    hf_cache = None
+    if params["hf_cache"]:
+        home = os.path.expanduser("~")
+        hf_cache = diskusage.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
+    return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}, None
+
+
+def main():
+    module = build_module()
+    empty = {"status": "FAIL", "paths": [], "findings": [], "hf_cache": None}
+    result, error = run(module.params)
+    if error:
+        module.fail_json(msg=error, changed=False, **empty)
+    if at_or_above(result["status"], module.params["fail_on"]):
+        worst_finding = next(f for f in result["findings"] if f["level"] == result["status"])
+        module.fail_json(msg="%s: %s" % (worst_finding["code"], worst_finding["message"]), changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

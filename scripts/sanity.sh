@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ansible-test sanity must run from an ansible_collections/<ns>/<name> path. Copy the tracked and
+# untracked-but-not-ignored files there (no docker here: --local with the pinned tools in .venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=${SANITY_WORKDIR:-$ROOT/.cache/sanity}
+DEST=$WORK/ansible_collections/remote_gpu/trainer
+rm -rf "$DEST"
+mkdir -p "$DEST"
+git ls-files -z --cached --others --exclude-standard | \
+  rsync -a --from0 --files-from=- ./ "$DEST/"
+cd "$DEST"
+# ansible-test wants a git repo to know which files belong to the collection.
+git init -q . && git add -A >/dev/null && git -c user.email=s@l -c user.name=sanity commit -qm sanity >/dev/null
+export PATH="$ROOT/.venv/bin:$PATH"
+exec ansible-test sanity --local --python 3.11 --color no "$@"

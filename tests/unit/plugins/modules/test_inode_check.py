@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.modules import inode_check
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs with nr_inodes= needs root")
+
+
+@contextlib.contextmanager
+def tmpfs(path, options):
+    """Mount a real tmpfs at ``path``; always unmount it afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill_inodes(directory, count):
+    """Create up to ``count`` empty files; stop at ENOSPC. Returns how many were created."""
+    for i in range(count):
+        try:
+            os.close(os.open(os.path.join(directory, "f%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                return i
+            raise
+    return count
+
+
+def test_reports_every_path_and_same_keys_when_missing(module_runner, tmp_path):
+    failed, result = module_runner(inode_check, {"paths": [str(tmp_path), str(tmp_path / "absent")],
+                                                 "fail_on": "never", "hf_cache": ""})
+    assert not failed and result["changed"] is False
+    present, absent = result["paths"]
+    assert present["exists"] and present["inodes_total"] and present["bytes_total"] > 0
+    assert set(present) == set(absent)
+    assert absent["exists"] is False
+    assert [f["code"] for f in result["findings"]] == ["path_missing"]
+    assert result["status"] == "FAIL"
+    assert result["hf_cache"] is None
+
+
+def test_missing_path_fails_the_task_by_default_with_the_code(module_runner, tmp_path):
+    failed, result = module_runner(inode_check, {"paths": [str(tmp_path / "gone")], "hf_cache": ""})
+    assert failed
+    assert result["msg"].startswith("path_missing:")
+    assert result["findings"][0]["code"] == "path_missing"
+
+
+def test_bad_thresholds_are_a_clear_error(module_runner, tmp_path):
+    failed, result = module_runner(inode_check, {"paths": [str(tmp_path)], "warn_pct": 96, "fail_pct": 95})
+    assert failed and "warn_pct (96)" in result["msg"]
+    assert set(result) >= {"status", "paths", "findings", "hf_cache"}
+
+
+def test_check_mode_reports_the_same(module_runner, tmp_path):
+    (tmp_path / "d").mkdir()
+    failed, result = module_runner(inode_check, {"paths": [str(tmp_path)], "_ansible_check_mode": True,
+                                                 "fail_on": "never", "hf_cache": ""})
+    assert not failed and result["changed"] is False
+    assert result["paths"][0]["top"][0]["path"] == str(tmp_path / "d")
+
+
+def test_hf_cache_expands_home(module_runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".cache" / "huggingface").mkdir(parents=True)
+    (tmp_path / ".cache" / "huggingface" / "token").write_bytes(b"abc")
+    failed, result = module_runner(inode_check, {"paths": [str(tmp_path)], "fail_on": "never"})
+    assert not failed
+    assert result["hf_cache"]["path"] == str(tmp_path / ".cache" / "huggingface")
+    assert result["hf_cache"]["bytes"] == 3
+
+
+@needs_root
+def test_inode_capped_tmpfs_reports_inodes_high_then_exhausted(module_runner, tmp_path):
+    with tmpfs(tmp_path / "fs", "size=64m,nr_inodes=1000") as fs:
+        data = fs / "eval_images"
+        data.mkdir()
+        fill_inodes(str(data), 880)  # ~88 % of the cap: warn, bytes still nearly empty
+        failed, result = module_runner(inode_check, {"paths": [str(fs)], "fail_on": "never", "hf_cache": ""})
+        usage = result["paths"][0]
+        assert usage["inodes_total"] == 1000
+        assert usage["bytes_pct"] < 5
+        assert [(f["code"], f["level"]) for f in result["findings"]] == [("inodes_high", "WARN")]
+        assert usage["top"][0]["path"] == str(data)
+        created = fill_inodes(str(data), 1000)
+        assert created < 1000  # the kernel said ENOSPC: the cap is real
+        failed, result = module_runner(inode_check, {"paths": [str(fs)], "hf_cache": ""})
+        assert failed
+        assert [f["code"] for f in result["findings"]] == ["inodes_exhausted"]
+        assert result["paths"][0]["inodes_free"] == 0
+
+
+@needs_root
+def test_budget_against_a_real_inode_cap(module_runner, tmp_path):
+    with tmpfs(tmp_path / "fs", "size=8m,nr_inodes=500") as fs:
+        failed, result = module_runner(inode_check, {
+            "paths": [str(fs)], "top": 0, "hf_cache": "", "fail_on": "never",
+            "budgets": [{"path": str(fs), "label": "export", "inodes": 1200, "bytes": 64 * 1024 * 1024}]})
+        assert sorted(f["code"] for f in result["findings"]) == ["budget_bytes_short", "budget_inodes_short"]
+        assert result["status"] == "FAIL"
+
+
+@needs_root
+def test_hf_cache_symlinked_onto_another_filesystem(module_runner, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".cache").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    with tmpfs(tmp_path / "data", "size=8m,nr_inodes=500") as data:
+        (data / "huggingface_cache").mkdir()
+        os.symlink(data / "huggingface_cache", home / ".cache" / "huggingface")
+        failed, result = module_runner(inode_check, {"paths": [str(home)], "top": 0, "fail_on": "never"})
+        assert result["hf_cache"]["is_symlink"] and result["hf_cache"]["other_filesystem"] is True
