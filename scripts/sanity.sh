@@ -8,7 +8,9 @@ WORK=${SANITY_WORKDIR:-$ROOT/.cache/sanity}
 DEST=$WORK/ansible_collections/remote_gpu/trainer
 rm -rf "$DEST"
 mkdir -p "$DEST"
-git ls-files -z --cached --others --exclude-standard | \
+# Captured tool output under tests/fixtures/ is data, byte for byte as the real tools printed it (CRLF
+# from Windows drivers included), not collection code: it is left out of the copy.
+git ls-files -z --cached --others --exclude-standard -- . ':!tests/fixtures' | \
   rsync -a --from0 --files-from=- ./ "$DEST/"
 cd "$DEST"
 # ansible-test wants a git repo to know which files belong to the collection.

@@ -12,7 +12,7 @@ module: inode_check
 short_description: Report bytes and inodes of storage tiers, with thresholds, budgets and the largest inode consumers
 version_added: 0.1.0
 author:
-  - remote_gpu.trainer contributors
+  - remote_gpu.trainer maintainers (@remote-gpu)
 description:
   - Reports, for each path, the bytes and inodes of the filesystem that holds it (total, used, free, percent), as
     C(df) and C(df -i) would.

@@ -115,7 +115,7 @@ def test_top_consumers_match_du_inodes(tmp_path):
 
 def test_top_consumers_limit_and_unreadable_root(tmp_path):
     make_tree(tmp_path)
-    rows, _ = diskusage.top_inode_consumers(str(tmp_path), 1)
+    rows, _errors = diskusage.top_inode_consumers(str(tmp_path), 1)
     assert len(rows) == 1
     rows, errors = diskusage.top_inode_consumers(str(tmp_path / "absent"), 3)
     assert rows == [] and "absent" in errors[0]
@@ -128,7 +128,7 @@ def test_150k_file_directory_is_the_top_consumer(tmp_path):
         os.close(os.open(str(big / ("%06d.png" % i)), os.O_CREAT | os.O_WRONLY, 0o644))
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "last.pt").write_bytes(b"z")
-    rows, _ = diskusage.top_inode_consumers(str(tmp_path), 3)
+    rows, _errors = diskusage.top_inode_consumers(str(tmp_path), 3)
     assert rows[0] == {"path": str(big), "inodes": 150001}
 
 

@@ -1,0 +1,79 @@
+"""The platform profiles: one file per platform, a schema that names the broken key."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from conftest import REPO, run_playbook
+
+PLATFORMS = ("autodl", "runpod", "vastai", "lambda", "paperspace", "china", "generic_ssh", "local")
+VARIANTS = ("slurm", "kubernetes")
+SPEC = yaml.safe_load((REPO / "roles/profile/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_every_platform_profile_sets_exactly_the_schema(platform):
+    profile = yaml.safe_load((REPO / "group_vars" / ("%s.yml" % platform)).read_text())
+    keys = {k for k in profile if k.startswith("trainer_")}
+    assert keys == set(SPEC), "missing %s, unknown %s" % (set(SPEC) - keys, keys - set(SPEC))
+    assert re.fullmatch(r"20\d\d-\d\d", profile["trainer_meter_stop"]["verified"])
+    assert all(re.fullmatch(r"20\d\d-\d\d", c["verified"]) for c in profile["trainer_danger_clocks"])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variants_override_only_known_keys(variant):
+    profile = yaml.safe_load((REPO / "group_vars" / ("%s.yml" % variant)).read_text())
+    assert set(profile) <= set(SPEC)
+
+
+def test_playbooks_see_each_profile_through_a_symlink():
+    """The profiles are defined once, in group_vars/; playbooks/group_vars/ only links to them."""
+    profiles = sorted(p.name for p in (REPO / "group_vars").glob("*.yml"))
+    linked = sorted(p.name for p in (REPO / "playbooks" / "group_vars").iterdir())
+    assert linked == profiles
+    for name in linked:
+        link = REPO / "playbooks" / "group_vars" / name
+        assert link.is_symlink() and link.resolve() == (REPO / "group_vars" / name).resolve()
+
+
+def test_preflight_on_localhost_with_the_local_profile(local_inventory, tmp_path):
+    report = tmp_path / "preflight.json"
+    proc = run_playbook(REPO / "playbooks/preflight.yml", local_inventory, "-e", "preflight_report_path=%s" % report)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert data["hosts"][0]["host"] == "localhost"
+    assert data["hosts"][0]["platform"] == "local"
+    assert "HOST" in proc.stdout and "VERDICT" in proc.stdout
+
+
+def break_profile(root, edit):
+    path = root / "group_vars" / "local.yml"
+    text = path.read_text()
+    path.write_text(edit(text))
+
+
+@pytest.mark.parametrize("edit,expected", [
+    # a deleted key
+    (lambda t: re.sub(r"^trainer_data_dir:.*\n", "", t, flags=re.M), "trainer_data_dir"),
+    # a misspelled key: the right one is reported missing
+    (lambda t: t.replace("trainer_tensorboard_port:", "trainer_tensorbord_port:"), "trainer_tensorboard_port"),
+    # a misspelled extra key beside the right one: reported as unknown
+    (lambda t: t + "trainer_hf_endpiont: https://hf-mirror.com\n", "trainer_hf_endpiont"),
+    # a wrongly typed key
+    (lambda t: t.replace("trainer_tensorboard_port: 0", "trainer_tensorboard_port: six thousand"),
+     "trainer_tensorboard_port"),
+    (lambda t: t.replace("trainer_inode_cap: unknown", "trainer_inode_cap: lots"), "trainer_inode_cap"),
+    (lambda t: t.replace('verified: "2026-06"', "verified: recently"), "verified"),
+], ids=["deleted", "misspelled", "unknown-extra", "wrong-type-int", "wrong-type-cap", "verified-month"])
+def test_broken_profile_fails_the_first_play_naming_the_key(playbook_copy, local_inventory, edit, expected):
+    break_profile(playbook_copy, edit)
+    proc = run_playbook(playbook_copy / "playbooks/preflight.yml", local_inventory, cwd=playbook_copy)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    first_play = out.split("PLAY [Probe every box")[0]
+    assert "fatal: [localhost]" in first_play
+    assert expected in first_play
