@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Pure checks of the training environment inside a container: cgroup memory and CPU, torch vs the driver.
+
+Host tools (free, top, nproc) describe the whole physical node; a rented container is judged by its cgroup.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
+
+# Run by the profile's interpreter in a child process: importing torch can take seconds or crash outright.
+TORCH_PROBE = r"""
+import json, sys
+out = {"python": sys.version.split()[0], "torch": None, "cuda_build": None, "cuda_available": None,
+       "device_count": None, "error": None}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda_build"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    out["threads"] = torch.get_num_threads()
+except Exception as exc:  # report any import or runtime failure as data
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+def cgroup_v2_path(proc_self_cgroup):
+    """The unified-hierarchy path from /proc/self/cgroup ('0::/system.slice/x'), or None on pure v1."""
+    for line in proc_self_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
+            return parts[2] or "/"
+    return None
+
+
+def parse_limit(text):
+    """'max' (v2) or a huge v1 sentinel means no limit -> None; otherwise an int."""
+    value = text.strip()
+    if value in ("", "max"):
+        return None
+    number = int(value)
+    return None if number >= 2 ** 60 else number
+
+
+def parse_keyed(text):
+    """'key value' lines (memory.events, memory.oom_control, cpu.stat) -> dict of ints."""
+    result = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            result[parts[0]] = int(parts[1])
+    return result
+
+
+def parse_cpu_max(text):
+    """cgroup v2 cpu.max 'quota period' ('max 100000' = unlimited) -> CPUs as a float, or None."""
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return None
+    period = int(parts[1]) if len(parts) > 1 else 100000
+    return int(parts[0]) / period
+
+
+def cpu_quota_v1(quota_us, period_us):
+    """cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us; -1 means unlimited."""
+    quota = int(quota_us.strip())
+    if quota <= 0:
+        return None
+    return quota / int(period_us.strip())
+
+
+def memory_findings(memory_max, memory_current, oom_kills, near_pct=90):
+    found = []
+    if oom_kills:
+        found.append(finding(
+            "WARN", "cgroup_oom_kills",
+            "the container's cgroup has OOM-killed %d process(es) (memory.events oom_kill)" % oom_kills,
+            "A job that vanished with exit 137 or a bare 'Killed' was OOM-killed: lower the batch size or the "
+            "DataLoader num_workers (each worker copies in-RAM data)."))
+    if memory_max and memory_current is not None and memory_current * 100 >= memory_max * near_pct:
+        found.append(finding(
+            "WARN", "memory_near_limit",
+            "the container uses %d of %d MiB of its memory limit (%d%%)" % (
+                memory_current // 2 ** 20, memory_max // 2 ** 20, memory_current * 100 // memory_max),
+            "Something already holds most of the container's memory: find it before launching."))
+    return found
+
+
+def cpu_findings(quota_cpus, host_cpus, affinity_cpus):
+    """Warn when torch/OpenMP would size thread pools to the host's cores instead of the quota."""
+    limits = [c for c in (quota_cpus, affinity_cpus) if c]
+    if not limits or not host_cpus:
+        return [], host_cpus
+    allowed = max(1, int(math.floor(min(limits))))
+    if allowed >= host_cpus:
+        return [], host_cpus
+    return [finding(
+        "WARN", "cpu_quota_below_cores",
+        "the container may use %s CPU(s) but the host shows %d cores; torch and OpenMP would start %d threads"
+        % (("%g" % min(limits)), host_cpus, host_cpus),
+        "Set OMP_NUM_THREADS=%d and MKL_NUM_THREADS=%d in the job environment (torch.set_num_threads(%d))."
+        % (allowed, allowed, allowed))], allowed
+
+
+def _version_tuple(text):
+    parts = []
+    for piece in str(text).split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
+def torch_findings(probe, driver_cuda, gpus_expected):
+    """Findings from the torch probe's JSON and the driver's CUDA version (from nvidia-smi)."""
+    if probe is None:
+        return []
+    if probe.get("error") and not probe.get("torch"):
+        return [finding("FAIL", "torch_import_failed", "torch does not import: %s" % probe["error"],
+                        "Use the image's environment (never a new conda env on a rental) or install the torch "
+                        "build that matches the driver.")]
+    found = []
+    build = probe.get("cuda_build")
+    if build is None:
+        if gpus_expected:
+            found.append(finding("FAIL", "torch_cpu_only",
+                                 "torch %s is a CPU-only build on a GPU box" % probe.get("torch"),
+                                 "A project pin replaced the image's CUDA build: reinstall the image's torch and "
+                                 "filter torch out of requirements."))
+        return found
+    if driver_cuda:
+        have, need = _version_tuple(driver_cuda), _version_tuple(build)
+        if need[0] > have[0]:
+            found.append(finding("FAIL", "torch_cuda_too_new",
+                                 "torch %s is built for CUDA %s but the driver supports CUDA %s" % (
+                                     probe.get("torch"), build, driver_cuda),
+                                 "The driver is fixed on a rental: install a torch build for CUDA <= %s, or rent a "
+                                 "box with a newer driver." % driver_cuda))
+        elif need > have:
+            found.append(finding("WARN", "torch_cuda_minor_newer",
+                                 "torch %s is built for CUDA %s, newer than the driver's CUDA %s" % (
+                                     probe.get("torch"), build, driver_cuda),
+                                 "Minor-version compatibility usually works; if kernels fail to load, install a "
+                                 "build for CUDA %s." % driver_cuda))
+    if gpus_expected and probe.get("cuda_available") is False:
+        found.append(finding("FAIL", "torch_cuda_unavailable",
+                             "torch.cuda.is_available() is False (torch %s, CUDA %s)" % (probe.get("torch"), build),
+                             "Check the driver (gpu_health) and CUDA_VISIBLE_DEVICES; the job would run on the CPU."))
+    return found

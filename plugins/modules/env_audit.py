@@ -1,0 +1,251 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: env_audit
+short_description: Audit the training environment of a rented box (interpreter, torch vs driver, cgroup memory and CPU, proxy hook)
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Runs with the profile's interpreter (AutoDL images may have no C(python3) on PATH), so that it runs at all
+    proves the interpreter exists.
+  - Imports torch in a child process (an import can take seconds or crash) and checks that its CUDA build fits
+    the driver's CUDA version and that C(torch.cuda.is_available()).
+  - Judges the container by its cgroup, not by host tools that describe the whole node. It reports
+    C(memory.max) against C(memory.current) and the C(oom_kill) count. It compares the CPU quota with the
+    host's core count, because torch and OpenMP size their thread pools by cores. When they differ it names
+    the thread count to set.
+  - Checks that the proxy hook the profile expects is present.
+  - Read-only.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads, so check mode runs it as usual.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  proxy_hook:
+    description: File the profile expects jobs to source for network access (AutoDL C(/etc/network_turbo)). Empty for none.
+    type: str
+    default: ""
+  driver_cuda_version:
+    description: The CUDA version the driver supports, as M(remote_gpu.trainer.gpu_health) returns it. Omit to skip the comparison.
+    type: str
+  gpus_expected:
+    description: Whether this box should have usable GPUs (a CPU-only torch build or no CUDA is then a failure).
+    type: bool
+    default: true
+  torch:
+    description: Whether to probe torch at all.
+    type: bool
+    default: true
+  torch_timeout:
+    description: Seconds to wait for the torch probe.
+    type: int
+    default: 120
+  cgroup_root:
+    description: Mount point of the cgroup hierarchy.
+    type: path
+    default: /sys/fs/cgroup
+  fail_on:
+    description: The level at which the task fails. V(never) only reports.
+    type: str
+    choices: [FAIL, WARN, never]
+    default: FAIL
+"""
+
+EXAMPLES = r"""
+- name: Audit the environment with the driver's CUDA version from gpu_health
+  remote_gpu.trainer.env_audit:
+    proxy_hook: "{{ trainer_proxy_hook }}"
+    driver_cuda_version: "{{ gpu.cuda_version }}"
+    fail_on: never
+  register: env
+"""
+
+RETURN = r"""
+status:
+  description: The worst finding level (C(INFO) counts as C(PASS)).
+  type: str
+  returned: always
+  sample: WARN
+findings:
+  description: Findings with level, stable code, message and action.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - level: WARN
+      code: cpu_quota_below_cores
+      message: the container may use 12 CPU(s) but the host shows 64 cores; torch and OpenMP would start 64 threads
+      action: Set OMP_NUM_THREADS=12 and MKL_NUM_THREADS=12 in the job environment (torch.set_num_threads(12)).
+python:
+  description: The interpreter the module ran with.
+  type: dict
+  returned: always
+  sample: {executable: /root/miniconda3/bin/python, version: 3.10.8}
+torch:
+  description: What the torch probe found, or null when O(torch=false).
+  type: dict
+  returned: always
+  sample: {torch: 2.5.1+cu124, cuda_build: "12.4", cuda_available: true, device_count: 1, error: null}
+cgroup:
+  description: Memory and CPU limits of the container.
+  type: dict
+  returned: always
+  sample:
+    version: 2
+    memory_max: 68719476736
+    memory_current: 1073741824
+    oom_kills: 0
+    cpu_quota: 12.0
+    host_cpus: 64
+    affinity_cpus: 64
+    recommended_threads: 12
+proxy_hook:
+  description: The proxy hook path and whether it is present.
+  type: dict
+  returned: always
+  sample: {path: /etc/network_turbo, present: true}
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import envaudit
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
+
+C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def cgroup_dirs(root):
+    """The cgroup v2 directories from this process's cgroup up to the root (limits may sit on a parent)."""
+    rel = envaudit.cgroup_v2_path(read("/proc/self/cgroup") or "")
+    if rel is None or not os.path.exists(os.path.join(root, "cgroup.controllers")):
+        return None
+    dirs, current = [], os.path.normpath(os.path.join(root, rel.lstrip("/")))
+    while current.startswith(root.rstrip("/")):
+        if os.path.isdir(current):
+            dirs.append(current)
+        if current == root.rstrip("/") or current == "/":
+            break
+        current = os.path.dirname(current)
+    return dirs
+
+
+def smallest(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def gather_cgroup(root):
+    info = {"version": None, "memory_max": None, "memory_current": None, "oom_kills": None,
+            "cpu_quota": None, "host_cpus": os.cpu_count(), "affinity_cpus": None, "recommended_threads": None}
+    if hasattr(os, "sched_getaffinity"):
+        info["affinity_cpus"] = len(os.sched_getaffinity(0))
+    dirs = cgroup_dirs(root)
+    if dirs:
+        info["version"] = 2
+        leaf = dirs[0]
+        info["memory_max"] = smallest(envaudit.parse_limit(read(os.path.join(d, "memory.max")) or "max") for d in dirs)
+        current = read(os.path.join(leaf, "memory.current"))
+        info["memory_current"] = int(current) if current and current.strip().isdigit() else None
+        events = envaudit.parse_keyed(read(os.path.join(leaf, "memory.events")) or "")
+        info["oom_kills"] = events.get("oom_kill")
+        info["cpu_quota"] = smallest(envaudit.parse_cpu_max(read(os.path.join(d, "cpu.max")) or "max") for d in dirs)
+    elif os.path.isdir(os.path.join(root, "memory")):
+        info["version"] = 1
+        info["memory_max"] = envaudit.parse_limit(read(os.path.join(root, "memory", "memory.limit_in_bytes")) or "max")
+        usage = read(os.path.join(root, "memory", "memory.usage_in_bytes"))
+        info["memory_current"] = int(usage) if usage and usage.strip().isdigit() else None
+        info["oom_kills"] = envaudit.parse_keyed(read(os.path.join(root, "memory", "memory.oom_control")) or "").get("oom_kill")
+        quota = read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+        period = read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+        if quota and period:
+            info["cpu_quota"] = envaudit.cpu_quota_v1(quota, period)
+    return info
+
+
+def probe_torch(timeout):
+    env = dict(os.environ)
+    env.update(C_LOCALE)
+    try:
+        proc = subprocess.run([sys.executable, "-c", envaudit.TORCH_PROBE], capture_output=True, text=True,
+                              timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return {"torch": None, "error": "the torch import did not finish within %d s" % timeout}
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"torch": None, "error": "the torch probe exited %d: %s" % (proc.returncode, proc.stderr.strip()[-400:])}
+
+
+def audit(params):
+    findings = []
+    cgroup = gather_cgroup(params["cgroup_root"])
+    findings.extend(envaudit.memory_findings(cgroup["memory_max"], cgroup["memory_current"], cgroup["oom_kills"]))
+    cpu, threads = envaudit.cpu_findings(cgroup["cpu_quota"], cgroup["host_cpus"], cgroup["affinity_cpus"])
+    cgroup["recommended_threads"] = threads
+    findings.extend(cpu)
+    torch = probe_torch(params["torch_timeout"]) if params["torch"] else None
+    findings.extend(envaudit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
+    hook = {"path": params["proxy_hook"] or None, "present": None}
+    if params["proxy_hook"]:
+        hook["present"] = os.path.isfile(params["proxy_hook"])
+        if not hook["present"]:
+            findings.append(finding(
+                "FAIL", "proxy_hook_missing",
+                "the profile expects the proxy hook %s, which does not exist" % params["proxy_hook"],
+                "Without it downloads from Hugging Face, PyPI and GitHub hang behind the GFW: check the image, or "
+                "set trainer_proxy_hook for this host."))
+    return {"status": worst(findings), "findings": findings, "torch": torch, "cgroup": cgroup, "proxy_hook": hook,
+            "python": {"executable": sys.executable, "version": sys.version.split()[0]}}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            proxy_hook=dict(type="str", default=""),
+            driver_cuda_version=dict(type="str"),
+            gpus_expected=dict(type="bool", default=True),
+            torch=dict(type="bool", default=True),
+            torch_timeout=dict(type="int", default=120),
+            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
+            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
+        ),
+        supports_check_mode=True,
+    )
+    result = audit(module.params)
+    if at_or_above(result["status"], module.params["fail_on"]):
+        top = next(f for f in result["findings"] if f["level"] == result["status"])
+        module.fail_json(msg="%s: %s" % (top["code"], top["message"]), changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
