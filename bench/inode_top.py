@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Benchmark: inode_check's top-consumer walk against `du --inodes -d1` over the same tree, same run.
 
 Prints the ratio (ours / du); below 1.0 means faster than du. The tree has one directory of 150 000 files
@@ -51,7 +51,7 @@ def main():
         build_tree(root, args.files)
         env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         ours, theirs = [], []
-        for _ in range(args.repeat):  # interleaved, so both see the same cache state
+        for _run in range(args.repeat):  # interleaved, so both see the same cache state
             seconds, (rows, _errors) = timed(lambda: top_inode_consumers(root, 5))
             ours.append(seconds)
             seconds, _out = timed(lambda: subprocess.run(["du", "--inodes", "-d1", root], check=True,

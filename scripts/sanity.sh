@@ -16,4 +16,10 @@ cd "$DEST"
 # ansible-test wants a git repo to know which files belong to the collection.
 git init -q . && git add -A >/dev/null && git -c user.email=s@l -c user.name=sanity commit -qm sanity >/dev/null
 export PATH="$ROOT/.venv/bin:$PATH"
+# ansible-test keeps its caches and virtual environments under ~/.ansible/test: give it a home inside
+# the checkout, with the pip bootstrap script it would otherwise download (see scripts/get_pip_bootstrap.py).
+export HOME="$ROOT/.cache/sanity-home"
+# 24.2 is the pip version ansible-core 2.19's ansible-test pins (python_requirements.py).
+mkdir -p "$HOME/.ansible/test/cache"
+cp "$ROOT/scripts/get_pip_bootstrap.py" "$HOME/.ansible/test/cache/get_pip_24_2.py"
 exec ansible-test sanity --local --python 3.11 --color no "$@"

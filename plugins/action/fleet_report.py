@@ -60,12 +60,14 @@ class ActionModule(ActionBase):
         }
         if args["report_path"]:
             self._write_json(args["report_path"], report)
-        result.update(changed=False, table=table, rows=rows, summary=counts, failing=failing,
-                      report_path=args["report_path"])
+        result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"])
         if failing:
+            # The table is already on screen and the rows are in the report: keep the failure short.
             reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
                        for row in rows if row["host"] in failing]
             result.update(failed=True, msg="%d host(s) not fit: %s" % (len(failing), "; ".join(reasons)))
+        else:
+            result.update(table=table, rows=rows)
         return result
 
     @staticmethod

@@ -73,13 +73,13 @@ table:
   description: The printed table, one string per line (header first).
   type: list
   elements: str
-  returned: always
+  returned: when no host fails (on failure the table is already printed and the rows are in the report)
   sample: ["HOST    PLATFORM  GPUS       VERDICT ...", "lab-01  autodl    1x H100 ... PASS ..."]
 rows:
   description: One dict per host, as written to the report.
   type: list
   elements: dict
-  returned: always
+  returned: when no host fails
   sample: [{"host": "lab-01", "platform": "autodl", "verdict": "PASS"}]
 summary:
   description: Number of hosts per verdict.

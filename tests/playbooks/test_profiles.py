@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -40,14 +41,34 @@ def test_playbooks_see_each_profile_through_a_symlink():
         assert link.is_symlink() and link.resolve() == (REPO / "group_vars" / name).resolve()
 
 
-def test_preflight_on_localhost_with_the_local_profile(local_inventory, tmp_path):
+GPU_BIN = REPO / "tests/lab/gpu/bin"
+SCENARIOS = REPO / "tests/lab/gpu/scenarios"
+
+
+def preflight_localhost(local_inventory, tmp_path, scenario, *args):
     report = tmp_path / "preflight.json"
-    proc = run_playbook(REPO / "playbooks/preflight.yml", local_inventory, "-e", "preflight_report_path=%s" % report)
+    proc = run_playbook(REPO / "playbooks/preflight.yml", local_inventory, "-e", "preflight_report_path=%s" % report,
+                        "-e", "preflight_sample_seconds=0", "-e", "preflight_check_torch=false", *args,
+                        PATH="%s:%s" % (GPU_BIN, os.environ["PATH"]), FAKE_GPU_SCENARIO=str(SCENARIOS / scenario))
+    return proc, json.loads(report.read_text())
+
+
+def test_preflight_on_localhost_with_the_local_profile(local_inventory, tmp_path):
+    proc, data = preflight_localhost(local_inventory, tmp_path, "h100-idle")
+    host = data["hosts"][0]
+    assert (host["host"], host["platform"], host["gpus"]) == ("localhost", "local", "1x NVIDIA H100 80GB HBM3")
+    assert host["verdict"] in ("PASS", "WARN"), host["findings"]
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    data = json.loads(report.read_text())
-    assert data["hosts"][0]["host"] == "localhost"
-    assert data["hosts"][0]["platform"] == "local"
-    assert "HOST" in proc.stdout and "VERDICT" in proc.stdout
+    assert "VERDICT" in proc.stdout and "localhost  local" in proc.stdout
+
+
+def test_preflight_fails_a_throttled_box_and_names_the_evidence(local_inventory, tmp_path):
+    proc, data = preflight_localhost(local_inventory, tmp_path, "8xh100-hwslowdown")
+    host = data["hosts"][0]
+    assert proc.returncode != 0
+    assert host["verdict"] == "FAIL"
+    assert host["top_finding"].startswith("throttle_active")
+    assert "localhost: FAIL throttle_active" in proc.stdout
 
 
 def break_profile(root, edit):

@@ -1,0 +1,228 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pull_manifest
+short_description: Write the roster, byte sizes and sha256 of a result root as an external manifest
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer contributors (@remote-gpu)
+description:
+  - Hashes every file of an expected roster under a result root on the target and writes the manifest
+    (C(PULL_MANIFEST.json)) outside that root, so that the pull to the controller can be verified against it
+    before teardown (exact roster, bytes, sha256).
+  - Every roster entry must exist as a regular file; a missing entry fails the task and names the file.
+  - The manifest is written atomically (a temporary file in the same directory, fsync, then C(os.replace)). It is
+    deterministic (sorted keys and paths, no timestamp), so an unchanged root gives C(changed=false).
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: Hashes the roster and reports the manifest and whether it would change; writes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  root:
+    description: The result root on the target; roster paths are relative to it.
+    type: path
+    required: true
+  roster:
+    description:
+      - The files that must be pulled, as paths relative to O(root).
+      - Exactly one of O(roster) and O(roster_file) is required.
+    type: list
+    elements: str
+  roster_file:
+    description:
+      - A file on the target with one path relative to O(root) per line. Blank lines and lines starting with C(#)
+        are ignored.
+      - Exactly one of O(roster) and O(roster_file) is required.
+    type: path
+  manifest_path:
+    description:
+      - Where to write the manifest. It must lie outside O(root) (the task refuses otherwise).
+      - Defaults to C(<dirname of root>/PULL_MANIFEST.<basename of root>.json).
+    type: path
+  run_id:
+    description: An identifier of the run, recorded in the manifest as C(run_id).
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Manifest of the durable result root before the pull
+  remote_gpu.trainer.pull_manifest:
+    root: /root/autodl-fs/runs/exp42
+    roster:
+      - best.pt
+      - last.safetensors
+      - metrics.json
+    run_id: exp42
+  register: pull
+
+- name: Roster kept in a file; the manifest goes next to the root
+  remote_gpu.trainer.pull_manifest:
+    root: /workspace/runs/exp42
+    roster_file: /workspace/runs/exp42.roster
+    manifest_path: /workspace/runs/PULL_MANIFEST.exp42.json
+"""
+
+RETURN = r"""
+manifest_path:
+  description: Where the manifest is (or, in check mode, would be) written.
+  type: str
+  returned: always
+  sample: /root/autodl-fs/runs/PULL_MANIFEST.exp42.json
+manifest:
+  description:
+    - The manifest, as written; C(files) is sorted by path. Empty on failure.
+  type: dict
+  returned: always
+  sample:
+    version: 1
+    root: /root/autodl-fs/runs/exp42
+    run_id: exp42
+    files:
+      - {"path": "best.pt", "bytes": 1048576, "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+    total_bytes: 1048576
+sha256:
+  description: sha256 of the manifest file's bytes. Empty on failure.
+  type: str
+  returned: always
+  sample: 5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+total_bytes:
+  description: Sum of the bytes of the files in the manifest.
+  type: int
+  returned: always
+  sample: 1048576
+file_count:
+  description: Number of files in the manifest.
+  type: int
+  returned: always
+  sample: 3
+msg:
+  description: A summary; on failure, what is wrong and what to do.
+  type: str
+  returned: always
+  sample: manifest of 3 file(s), 1048576 bytes
+"""
+
+import hashlib
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.manifest import (
+    ManifestError,
+    build_manifest,
+    manifest_bytes,
+    read_roster_file,
+)
+
+
+def default_manifest_path(root):
+    return os.path.join(os.path.dirname(root), "PULL_MANIFEST.%s.json" % os.path.basename(root))
+
+
+def inside(path, root):
+    real_path, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def current_bytes(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def write_atomic(path, data):
+    """Temp file in the same directory, fsync, os.replace, fsync the directory."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def run(module, result):
+    params = module.params
+    root = os.path.normpath(params["root"])
+    if not os.path.isdir(root):
+        raise ManifestError("root %s is not a directory" % root)
+    path = params["manifest_path"] or default_manifest_path(root)
+    result["manifest_path"] = path
+    if inside(path, root):
+        raise ManifestError("manifest_path %s lies inside root %s; write it outside the root so that it is not "
+                            "part of what it describes" % (path, root))
+    roster = params["roster"] if params["roster"] is not None else read_roster_file(params["roster_file"])
+    manifest = build_manifest(root, roster)
+    manifest["run_id"] = params["run_id"]
+    data = manifest_bytes(manifest)
+    result.update(manifest=manifest, sha256=hashlib.sha256(data).hexdigest(),
+                  total_bytes=manifest["total_bytes"], file_count=len(manifest["files"]))
+    if current_bytes(path) == data:
+        return
+    result["changed"] = True
+    if not module.check_mode:
+        write_atomic(path, data)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            root=dict(type="path", required=True),
+            roster=dict(type="list", elements="str"),
+            roster_file=dict(type="path"),
+            manifest_path=dict(type="path"),
+            run_id=dict(type="str"),
+        ),
+        mutually_exclusive=[("roster", "roster_file")],
+        required_one_of=[("roster", "roster_file")],
+        supports_check_mode=True,
+    )
+    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+    result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, msg="")
+    try:
+        run(module, result)
+    except ManifestError as exc:
+        result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
+        result["msg"] = "pull_manifest failed: %s" % exc
+        module.fail_json(**result)
+    except OSError as exc:
+        result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
+        result["msg"] = "pull_manifest failed to write %s: %s" % (result["manifest_path"], exc)
+        module.fail_json(**result)
+    result["msg"] = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
