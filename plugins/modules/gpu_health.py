@@ -1,0 +1,477 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_health
+short_description: Decide whether the GPUs of a rented box are fit to train on
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer contributors (@remote-gpu)
+description:
+  - Read-only pre-flight probe of every NVIDIA GPU on the host. It reads the full state once with
+    C(nvidia-smi -q -x), samples clocks, temperature, utilisation, power, PCIe link and clock event reasons a few
+    times over O(sample_seconds) with C(nvidia-smi --query-gpu), and scans the kernel log for Xid errors.
+  - Returns C(status) C(PASS), C(WARN) or C(FAIL) with one finding per problem. C(FAIL) means the box is unfit
+    (hardware throttling, pending row remap, uncorrectable ECC errors, fatal Xid, wrong or missing GPUs, no
+    driver) - stop it and rent a different one. The FAIL message names the GPU, the evidence and
+    O(platform_stop_hint).
+  - Every nvidia-smi call runs under a timeout in the C locale. A hung nvidia-smi yields the finding
+    C(nvidia_smi_timeout), a missing or broken driver C(driver_unavailable); the module never hangs or
+    tracebacks.
+  - The task fails only when C(status) is at or above O(fail_on); the same keys are returned either way.
+  - "Finding codes: V(driver_unavailable), V(nvidia_smi_timeout), V(gpu_count_mismatch), V(gpu_model_mismatch),
+    V(gpu_memory_below_min), V(throttle_active), V(ecc_uncorrectable_volatile), V(retired_pages_pending),
+    V(remapped_rows_pending), V(remapped_rows_failure), V(xid_fatal) (FAIL); V(clock_crushed) (WARN, FAIL when
+    also hot), V(running_hot), V(pcie_link_degraded), V(xid_app_fault), V(kernel_log_unreadable) (WARN);
+    V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off) (INFO)."
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  expected_count:
+    description:
+      - Number of GPUs the box must have. A different count is a C(gpu_count_mismatch) FAIL.
+      - Not checked when omitted.
+    type: int
+  expected_name:
+    description:
+      - Regular expression (searched, case-insensitive) the name of every GPU must match, for example
+        V(H100|H800). A mismatch is a C(gpu_model_mismatch) FAIL.
+      - Not checked when omitted.
+    type: str
+  min_memory_mib:
+    description:
+      - Minimum total memory of every GPU in MiB. Less is a C(gpu_memory_below_min) FAIL.
+      - Not checked when omitted.
+    type: int
+  temp_hot_c:
+    description:
+      - GPU temperature in degrees Celsius at or above which C(running_hot) is reported.
+    type: int
+    default: 83
+  sm_clock_floor_pct:
+    description:
+      - Under load, an SM clock below this percentage of the maximum SM clock is C(clock_crushed).
+    type: int
+    default: 70
+  sample_seconds:
+    description:
+      - Seconds over which clocks, temperatures and reasons are sampled (5 samples). V(0) takes one sample.
+    type: float
+    default: 5
+  kernel_log:
+    description:
+      - Where to read kernel messages for Xid errors.
+      - V(auto) tries C(journalctl -k -b --no-pager -q -o short-iso), then C(dmesg), both in the C locale.
+      - Any other value is the path of a readable file holding kernel log lines (any common format).
+      - An unreadable log is a C(kernel_log_unreadable) WARN.
+    type: str
+    default: auto
+  fail_on:
+    description:
+      - Lowest status that fails the task. V(never) only reports.
+    type: str
+    choices: [FAIL, WARN, never]
+    default: FAIL
+  nvidia_smi_path:
+    description:
+      - Path of the nvidia-smi binary. Found on E(PATH) when omitted.
+    type: path
+  timeout:
+    description:
+      - Seconds each nvidia-smi, journalctl or dmesg call may run before it is killed.
+    type: int
+    default: 20
+  platform_stop_hint:
+    description:
+      - How to stop the meter on this platform, quoted in every FAIL message, for example
+        V(shutdown (power off in the AutoDL console)). Usually set from the platform profile.
+    type: str
+    default: stop the instance in the provider's console
+notes:
+  - Reading the kernel log may need root (C(become)) or membership of the C(systemd-journal) or C(adm) group.
+  - Clock event reasons are queried with the C(clocks_throttle_reasons.active) spelling, accepted by every
+    driver from 465 to 610.
+"""
+
+EXAMPLES = r"""
+- name: Pre-flight check of an 8x H100 box
+  remote_gpu.trainer.gpu_health:
+    expected_count: 8
+    expected_name: "H100"
+    min_memory_mib: 80000
+    platform_stop_hint: "shutdown (power off in the AutoDL console)"
+  become: true
+  register: health
+
+- name: Report only, never fail
+  remote_gpu.trainer.gpu_health:
+    fail_on: never
+    sample_seconds: 0
+  register: health
+
+- name: Show the worst findings
+  ansible.builtin.debug:
+    msg: "{{ health.findings | selectattr('level', 'in', ['WARN', 'FAIL']) | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+status:
+  description: Host verdict, the worst GPU or host finding level (INFO counts as PASS).
+  type: str
+  returned: always
+  sample: FAIL
+gpus:
+  description:
+    - One entry per GPU in nvidia-smi index order, with the facts read by C(nvidia-smi -q -x) and its C(verdict).
+    - Values nvidia-smi does not report are null. C(pci) is the short bus id used to match Xid lines.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - index: 0
+      name: NVIDIA H100 80GB HBM3
+      uuid: GPU-ee7954ec-da95-fd7a-ddfd-c6b32cc2f8aa
+      pci_bus_id: "00000000:19:00.0"
+      pci: "0000:19:00"
+      memory_total_mib: 81559
+      memory_used_mib: 0
+      temperature_c: 29
+      sm_clock_mhz: 86
+      sm_clock_max_mhz: 1980
+      power_draw_w: 67.74
+      power_limit_w: 700.0
+      utilization_gpu_pct: 0
+      persistence_mode: true
+      mig_mode: false
+      throttle_reasons: [hw_power_brake_slowdown, hw_slowdown]
+      ecc_uncorrectable_volatile: 0
+      ecc_uncorrectable_aggregate: 0
+      retired_pages_pending: null
+      remapped_rows_pending: false
+      remapped_rows_failure: false
+      pcie_gen_current: 5
+      pcie_gen_max: 5
+      pcie_width_current: 16
+      pcie_width_max: 16
+      verdict: FAIL
+findings:
+  description:
+    - Problems found, worst first. C(gpu) is the GPU index or null for host-wide findings.
+    - Match on C(code), never on C(message). C(driver_unavailable) findings carry C(error), the recognised
+      nvidia-smi failure (for example V(no_driver), V(driver_library_mismatch), V(gpu_lost), V(inforom_corrupted)).
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - level: FAIL
+      code: throttle_active
+      gpu: 0
+      message: >-
+        GPU 0 (NVIDIA H100 80GB HBM3, 0000:19:00) is being throttled by hardware/thermal limits: HW slowdown in
+        5 of 6 samples. This box is unfit: stop it (shutdown (power off in the AutoDL console)) and rent a
+        different one.
+      action: "this box is unfit: stop it (shutdown (power off in the AutoDL console)) and rent a different one"
+xid_events:
+  description:
+    - Xid events from the kernel log (the last 200), oldest first. C(severity) is V(fatal), V(app_fault) or V(info).
+    - C(recovery_action) is the action announced by Xid 154; C(caused_by) the Xid named by "caused by previous
+      Xid". C(synthetic) marks a "fallen off the bus" message without an Xid line, reported as Xid 79.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - xid: 79
+      pci: "0000:44:00"
+      pid: null
+      name: null
+      message: GPU has fallen off the bus
+      severity: fatal
+      recovery_action: null
+      caused_by: null
+      line: "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"
+      mnemonic: ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS
+      meaning: GPU no longer reachable over PCIe
+      action: "hardware fault: stop the box and rent a different one"
+      synthetic: false
+driver_version:
+  description: Driver (KMD) version, null when nvidia-smi did not answer.
+  type: str
+  returned: always
+  sample: "535.161.08"
+cuda_version:
+  description: Highest CUDA version the driver supports, null when nvidia-smi did not answer.
+  type: str
+  returned: always
+  sample: "12.2"
+samples:
+  description: Number of C(--query-gpu) samples taken (0 when sampling was impossible).
+  type: int
+  returned: always
+  sample: 5
+"""
+
+import os
+import re
+import subprocess
+import threading
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
+    driver_unavailable,
+    evaluate,
+    kernel_log_unreadable,
+    smi_timeout,
+    worst_finding,
+)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import (
+    SAMPLE_FIELDS,
+    NvidiaSmiParseError,
+    classify_error,
+    parse_full,
+    parse_samples,
+)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
+
+C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+SAMPLE_COUNT = 5
+KILL_GRACE_SECONDS = 2
+MAX_XID_EVENTS = 200
+JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
+_REJECTED_FIELD_RE = re.compile(r"field\s+[\"']([^\"']+)[\"']\s+is not a valid field", re.I)
+_STATUS_RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
+
+ARGUMENT_SPEC = dict(
+    expected_count=dict(type="int"),
+    expected_name=dict(type="str"),
+    min_memory_mib=dict(type="int"),
+    temp_hot_c=dict(type="int", default=83),
+    sm_clock_floor_pct=dict(type="int", default=70),
+    sample_seconds=dict(type="float", default=5),
+    kernel_log=dict(type="str", default="auto"),
+    fail_on=dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"]),
+    nvidia_smi_path=dict(type="path"),
+    timeout=dict(type="int", default=20),
+    platform_stop_hint=dict(type="str", default="stop the instance in the provider's console"),
+)
+
+
+class Timeout(Exception):
+    """A command ran past its timeout."""
+
+
+def run(argv, timeout):
+    """Run ``argv`` (a list) in the C locale with a timeout -> (rc, stdout, stderr). Raises Timeout.
+
+    ``module.run_command`` has no timeout, so this uses ``subprocess.run(timeout=...)``, which kills the command
+    when it runs too long. A process stuck in the kernel (nvidia-smi after some Xids) can survive SIGKILL and
+    would then block the wait forever, so the call runs in a daemon thread that is abandoned after a short grace.
+    """
+    env = dict(os.environ)
+    env.update(C_LOCALE)
+    box = {}
+
+    def target():
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env, timeout=timeout, check=False)
+            box["result"] = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                             proc.stderr.decode("utf-8", "replace"))
+        except subprocess.TimeoutExpired:
+            box["timeout"] = True
+        except OSError as exc:
+            box["result"] = (127, "", "%s: %s" % (argv[0], exc.strerror or exc))
+
+    worker = threading.Thread(target=target)
+    worker.daemon = True
+    worker.start()
+    worker.join(timeout + KILL_GRACE_SECONDS)
+    if "result" not in box:
+        raise Timeout()
+    return box["result"]
+
+
+def find_nvidia_smi(module):
+    path = module.params["nvidia_smi_path"]
+    if path:
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return module.get_bin_path("nvidia-smi")
+
+
+def gpu_for_pci(gpus, pci):
+    for gpu in gpus:
+        if pci and gpu.get("pci") == pci:
+            return gpu["index"]
+    return None
+
+
+def read_full_state(smi, timeout, options):
+    """One `nvidia-smi -q -x` -> (parsed or None, findings)."""
+    argv = [smi, "-q", "-x"]
+    try:
+        rc, out, err = run(argv, timeout)
+    except Timeout:
+        return None, [smi_timeout(argv, timeout, options)]
+    parsed = None
+    try:
+        parsed = parse_full(out)
+    except NvidiaSmiParseError as exc:
+        error = classify_error(out + "\n" + err, rc) or {
+            "kind": "unparseable_output", "rc": rc, "meaning": "nvidia-smi printed no usable state (%s)" % exc,
+            "action": "run nvidia-smi -q on the box and read its output", "pci": None, "evidence": out[:200]}
+        return None, [driver_unavailable(error, options)]
+    findings = []
+    error = classify_error(out + "\n" + err, rc) if rc else classify_error(err, rc)
+    if error:
+        findings.append(driver_unavailable(error, options, gpu_for_pci(parsed["gpus"], error.get("pci"))))
+    return parsed, findings
+
+
+def take_samples(smi, timeout, seconds, options):
+    """A few --query-gpu samples over ``seconds`` -> (samples, runs, findings). Drops fields the driver rejects."""
+    table = list(SAMPLE_FIELDS)
+    count = 1 if seconds <= 0 else SAMPLE_COUNT
+    interval = seconds / (count - 1) if count > 1 else 0
+    samples = []
+    for number in range(count):
+        if number:
+            time.sleep(interval)
+        while True:
+            argv = [smi, "--query-gpu=" + ",".join(field for field, _key, _convert in table),
+                    "--format=csv,noheader,nounits"]
+            try:
+                rc, out, err = run(argv, timeout)
+            except Timeout:
+                return samples, number, [smi_timeout(argv, timeout, options)]
+            rejected = _REJECTED_FIELD_RE.search(out + err)
+            if rc and rejected and rejected.group(1) != "index" and len(table) > 1:
+                table = [entry for entry in table if entry[0] != rejected.group(1)]
+                continue
+            break
+        if rc:
+            return samples, number, []  # sampling is a bonus: the full state already carries the verdict's facts
+        try:
+            samples.extend(parse_samples(out, table))
+        except NvidiaSmiParseError:
+            return samples, number, []
+    return samples, count, []
+
+
+def read_kernel_log(module, source, timeout):
+    """-> (text or None, reason it is unreadable)."""
+    if source != "auto":
+        try:
+            with open(source, "rb") as handle:
+                return handle.read().decode("utf-8", "replace"), None
+        except (IOError, OSError) as exc:
+            return None, "cannot read %s: %s" % (source, exc.strerror or exc)
+    reasons = []
+    # journalctl may answer with nothing (no kernel messages in a container's journal): then ask dmesg, whose
+    # success means the kernel ring buffer was read, even if it holds no line.
+    candidates = (("journalctl", JOURNALCTL_ARGS, False), ("dmesg", [], True))
+    for name, args, empty_ok in candidates:
+        path = module.get_bin_path(name)
+        if not path:
+            reasons.append("%s not installed" % name)
+            continue
+        try:
+            rc, out, err = run([path] + args, timeout)
+        except Timeout:
+            reasons.append("%s timed out" % name)
+            continue
+        if rc == 0 and (out.strip() or empty_ok):
+            return out, None
+        reasons.append("%s: %s" % (name, (err.strip().splitlines() or ["exit %d, no output" % rc])[-1]))
+    return None, "; ".join(reasons)
+
+
+def options_of(params):
+    keys = ("expected_count", "expected_name", "min_memory_mib", "temp_hot_c", "sm_clock_floor_pct",
+            "platform_stop_hint")
+    return dict((key, params[key]) for key in keys)
+
+
+def validate(module):
+    params = module.params
+    if params["expected_name"]:
+        try:
+            re.compile(params["expected_name"])
+        except re.error as exc:
+            module.fail_json(msg="expected_name is not a valid regular expression (%s): fix the pattern" % exc,
+                             **empty_result())
+    for key in ("sample_seconds", "temp_hot_c", "sm_clock_floor_pct", "expected_count", "min_memory_mib"):
+        if params[key] is not None and params[key] < 0:
+            module.fail_json(msg="%s must not be negative (got %s)" % (key, params[key]), **empty_result())
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds (got %s)" % params["timeout"],
+                         **empty_result())
+
+
+def empty_result():
+    return dict(changed=False, status="FAIL", gpus=[], findings=[], xid_events=[], driver_version=None,
+                cuda_version=None, samples=0)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    validate(module)
+    params = module.params
+    options = options_of(params)
+    timeout = params["timeout"]
+    findings = []
+    parsed = None
+    samples = []
+    runs = 0
+
+    smi = find_nvidia_smi(module)
+    if smi is None:
+        findings.append(driver_unavailable({
+            "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
+            "action": "", "pci": None, "evidence": params["nvidia_smi_path"] or "nvidia-smi not on PATH"}, options))
+    else:
+        parsed, smi_findings = read_full_state(smi, timeout, options)
+        findings.extend(smi_findings)
+        if parsed is not None and not any(f["code"] == "nvidia_smi_timeout" for f in findings):
+            samples, runs, sample_findings = take_samples(smi, timeout, params["sample_seconds"], options)
+            findings.extend(sample_findings)
+
+    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
+    events = parse_kernel_log(log_text) if log_text is not None else []
+    if unreadable:
+        findings.append(kernel_log_unreadable(unreadable, options))
+
+    gpus = parsed["gpus"] if parsed else []
+    verdict = evaluate(gpus, samples, events, options, findings)
+    for gpu in gpus:
+        gpu["verdict"] = verdict["gpu_verdicts"].get(gpu["index"], "PASS")
+    result = dict(
+        changed=False,
+        status=verdict["status"],
+        gpus=gpus,
+        findings=verdict["findings"],
+        xid_events=events[-MAX_XID_EVENTS:],
+        driver_version=parsed["driver_version"] if parsed else None,
+        cuda_version=parsed["cuda_version"] if parsed else None,
+        samples=runs,
+    )
+    fail_on = params["fail_on"]
+    if fail_on != "never" and _STATUS_RANK[result["status"]] >= _STATUS_RANK[fail_on]:
+        module.fail_json(msg=worst_finding(result["findings"])["message"], **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
