@@ -1,0 +1,657 @@
+"""``-q -x`` <-> ``-q`` text: one table of XML tags and the text labels they correspond to.
+
+The table below was written by laying real captures side by side: the v13 XML of
+xml/q-x__nvidia-geforce-rtx-3090__590.44.01__telegraf.xml against the 590.48.01 ``-q`` texts, v12 XML
+(535.54.03 A100, 535.86.05 RTX 4090, 525.147.05 RTX 3090) against the 535 texts. Element order is the order of
+those captures. An element is emitted only when its text label exists in the model (nothing is invented);
+tags with no ``-q`` counterpart (``supported_clocks``, ``power_state``, ``voltage``, ...) are therefore absent from
+XML rendered from a text capture, and text labels with no known tag are absent from XML (README lists both).
+
+Spec syntax: ``tag = Label`` (``Label`` may be a relative path ``A/B``), children indented by two spaces,
+``| strip0x`` drops the ``0x`` of PCI numbers (text ``0x09`` = XML ``09``). ``New;Old@V`` names a label that
+changed spelling: text -> XML accepts both; XML -> text prints ``New`` from driver V on and ``Old`` before
+(``Gpu`` -> ``GPU`` is seen between 570 and 590; ``Ecc Mode`` -> ``ECC Mode`` between 470 and 535, the exact
+driver of that change is not in the corpus, 535 is assumed).
+"""
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+from .model import Capture, Line, driver_tuple
+
+SPEC = """
+product_name = Product Name
+product_brand = Product Brand
+product_architecture = Product Architecture
+display_mode = Display Mode
+display_attached = Display Attached
+display_active = Display Active
+persistence_mode = Persistence Mode
+addressing_mode = Addressing Mode
+mig_mode = MIG Mode
+  current_mig = Current
+  pending_mig = Pending
+@mig_devices
+accounting_mode = Accounting Mode
+accounting_mode_buffer_size = Accounting Mode Buffer Size
+driver_model = Driver Model
+  current_dm = Current
+  pending_dm = Pending
+serial = Serial Number
+uuid = GPU UUID
+pdi = GPU PDI
+minor_number = Minor Number
+vbios_version = VBIOS Version
+multigpu_board = MultiGPU Board
+board_id = Board ID
+board_part_number = Board Part Number
+gpu_part_number = GPU Part Number
+gpu_fru_part_number = FRU Part Number
+gpu_module_id = Module ID
+platformInfo = Platform Info
+  chassis_serial_number = Chassis Serial Number
+  slot_number = Slot Number
+  tray_index = Tray Index
+  host_id = Host ID
+  peer_type = Peer Type
+  module_id = Module Id
+  gpu_fabric_guid = GPU Fabric GUID
+inforom_version = Inforom Version
+  img_version = Image Version
+  oem_object = OEM Object
+  ecc_object = ECC Object
+  pwr_object = Power Management Object
+inforom_bbx_flush = Inforom BBX Object Flush
+  latest_timestamp = Latest Timestamp
+  latest_duration = Latest Duration
+gpu_operation_mode = GPU Operation Mode
+  current_gom = Current
+  pending_gom = Pending
+c2c_mode = GPU C2C Mode
+gpu_virtualization_mode = GPU Virtualization Mode
+  virtualization_mode = Virtualization Mode
+  host_vgpu_mode = Host VGPU Mode
+  vgpu_heterogeneous_mode = vGPU Heterogeneous Mode
+gpu_reset_status = GPU Reset Status
+  reset_required = Reset Required
+  drain_and_reset_recommended = Drain and Reset Recommended
+gpu_recovery_action = GPU Recovery Action
+gsp_firmware_version = GSP Firmware Version
+ibmnpu = IBMNPU
+  relaxed_ordering_mode = Relaxed Ordering Mode
+pci = PCI
+  pci_bus = Bus | strip0x
+  pci_device = Device | strip0x
+  pci_domain = Domain | strip0x
+  pci_base_class = Base Classcode | strip0x
+  pci_sub_class = Sub Classcode | strip0x
+  pci_device_id = Device Id | strip0x
+  pci_bus_id = Bus Id
+  pci_sub_system_id = Sub System Id | strip0x
+  pci_gpu_link_info = GPU Link Info
+    pcie_gen = PCIe Generation
+      max_link_gen = Max
+      current_link_gen = Current
+      device_current_link_gen = Device Current
+      max_device_link_gen = Device Max
+      max_host_link_gen = Host Max
+    link_widths = Link Width
+      max_link_width = Max
+      current_link_width = Current
+  pci_bridge_chip = Bridge Chip
+    bridge_chip_type = Type
+    bridge_chip_fw = Firmware
+  replay_counter = Replays Since Reset
+  replay_rollover_counter = Replay Number Rollovers
+  tx_util = Tx Throughput
+  rx_util = Rx Throughput
+  atomic_caps_outbound = Atomic Caps Outbound
+  atomic_caps_inbound = Atomic Caps Inbound
+fan_speed = Fan Speed
+performance_state = Performance State
+clocks_event_reasons = Clocks Event Reasons
+  clocks_event_reason_gpu_idle = Idle
+  clocks_event_reason_applications_clocks_setting = Applications Clocks Setting
+  clocks_event_reason_sw_power_cap = SW Power Cap
+  clocks_event_reason_hw_slowdown = HW Slowdown
+  clocks_event_reason_hw_thermal_slowdown = HW Slowdown/HW Thermal Slowdown
+  clocks_event_reason_hw_power_brake_slowdown = HW Slowdown/HW Power Brake Slowdown
+  clocks_event_reason_sync_boost = Sync Boost
+  clocks_event_reason_sw_thermal_slowdown = SW Thermal Slowdown
+  clocks_event_reason_display_clocks_setting = Display Clock Setting
+clocks_throttle_reasons = Clocks Throttle Reasons
+  clocks_throttle_reason_gpu_idle = Idle
+  clocks_throttle_reason_applications_clocks_setting = Applications Clocks Setting
+  clocks_throttle_reason_sw_power_cap = SW Power Cap
+  clocks_throttle_reason_hw_slowdown = HW Slowdown
+  clocks_throttle_reason_hw_thermal_slowdown = HW Slowdown/HW Thermal Slowdown
+  clocks_throttle_reason_hw_power_brake_slowdown = HW Slowdown/HW Power Brake Slowdown
+  clocks_throttle_reason_sync_boost = Sync Boost
+  clocks_throttle_reason_sw_thermal_slowdown = SW Thermal Slowdown
+  clocks_throttle_reason_display_clocks_setting = Display Clock Setting
+clocks_event_reasons_counters = Clocks Event Reasons Counters
+  clocks_event_reasons_counters_sw_power_cap = SW Power Capping
+  clocks_event_reasons_counters_sync_boost = Sync Boost
+  clocks_event_reasons_counters_sw_therm_slowdown = SW Thermal Slowdown
+  clocks_event_reasons_counters_hw_therm_slowdown = HW Thermal Slowdown
+  clocks_event_reasons_counters_hw_power_brake = HW Power Braking
+sparse_operation_mode = Sparse Operation Mode
+fb_memory_usage = FB Memory Usage
+  total = Total
+  reserved = Reserved
+  used = Used
+  free = Free
+bar1_memory_usage = BAR1 Memory Usage
+  total = Total
+  used = Used
+  free = Free
+cc_protected_memory_usage = Conf Compute Protected Memory Usage
+  total = Total
+  used = Used
+  free = Free
+compute_mode = Compute Mode
+utilization = Utilization
+  gpu_util = GPU;Gpu@590
+  memory_util = Memory
+  encoder_util = Encoder
+  decoder_util = Decoder
+  jpeg_util = JPEG
+  ofa_util = OFA
+encoder_stats = Encoder Stats
+  session_count = Active Sessions
+  average_fps = Average FPS
+  average_latency = Average Latency
+fbc_stats = FBC Stats
+  session_count = Active Sessions
+  average_fps = Average FPS
+  average_latency = Average Latency
+dram_encryption_mode = DRAM Encryption Mode
+  current_dram_encryption = Current
+  pending_dram_encryption = Pending
+ecc_mode = ECC Mode;Ecc Mode@535
+  current_ecc = Current
+  pending_ecc = Pending
+ecc_errors = ECC Errors
+  volatile = Volatile
+    single_bit = Single Bit
+      device_memory = Device Memory
+      register_file = Register File
+      l1_cache = L1 Cache
+      l2_cache = L2 Cache
+      texture_memory = Texture Memory
+      texture_shm = Texture Shared
+      cbu = CBU
+      total = Total
+    double_bit = Double Bit
+      device_memory = Device Memory
+      register_file = Register File
+      l1_cache = L1 Cache
+      l2_cache = L2 Cache
+      texture_memory = Texture Memory
+      texture_shm = Texture Shared
+      cbu = CBU
+      total = Total
+    sram_correctable = SRAM Correctable
+    sram_uncorrectable = SRAM Uncorrectable
+    sram_uncorrectable_parity = SRAM Uncorrectable Parity
+    sram_uncorrectable_secded = SRAM Uncorrectable SEC-DED
+    dram_correctable = DRAM Correctable
+    dram_uncorrectable = DRAM Uncorrectable
+  aggregate = Aggregate
+    single_bit = Single Bit
+      device_memory = Device Memory
+      register_file = Register File
+      l1_cache = L1 Cache
+      l2_cache = L2 Cache
+      texture_memory = Texture Memory
+      texture_shm = Texture Shared
+      cbu = CBU
+      total = Total
+    double_bit = Double Bit
+      device_memory = Device Memory
+      register_file = Register File
+      l1_cache = L1 Cache
+      l2_cache = L2 Cache
+      texture_memory = Texture Memory
+      texture_shm = Texture Shared
+      cbu = CBU
+      total = Total
+    sram_correctable = SRAM Correctable
+    sram_uncorrectable = SRAM Uncorrectable
+    sram_uncorrectable_parity = SRAM Uncorrectable Parity
+    sram_uncorrectable_secded = SRAM Uncorrectable SEC-DED
+    dram_correctable = DRAM Correctable
+    dram_uncorrectable = DRAM Uncorrectable
+    sram_threshold_exceeded = SRAM Threshold Exceeded
+  aggregate_uncorrectable_sram_sources = Aggregate Uncorrectable SRAM Sources
+    sram_l2 = SRAM L2
+    sram_sm = SRAM SM
+    sram_microcontroller = SRAM Microcontroller
+    sram_pcie = SRAM PCIE
+    sram_other = SRAM Other
+  channel_repair_pending = Channel Repair Pending
+  tpc_repair_pending = TPC Repair Pending
+  unrepairable_memory = Unrepairable Memory
+retired_pages = Retired Pages
+  multiple_single_bit_retirement = Single Bit ECC
+  double_bit_retirement = Double Bit ECC
+  pending_blacklist = Pending Page Blacklist
+remapped_rows = Remapped Rows
+  remapped_row_corr = Correctable Error
+  remapped_row_corr_inactive = Inactive Correctable Error
+  remapped_row_unc = Uncorrectable Error
+  remapped_row_unc_inactive = Inactive Uncorrectable Error
+  remapped_row_pending = Pending
+  remapped_row_failure = Remapping Failure Occurred
+  row_remapper_histogram = Bank Remap Availability Histogram
+    row_remapper_histogram_max = Max
+    row_remapper_histogram_high = High
+    row_remapper_histogram_partial = Partial
+    row_remapper_histogram_low = Low
+    row_remapper_histogram_none = None
+temperature = Temperature
+  gpu_temp = GPU Current Temp
+  gpu_temp_tlimit = GPU T.Limit Temp
+  gpu_temp_max_threshold = GPU Shutdown Temp
+  gpu_temp_max_tlimit_threshold = GPU Shutdown T.Limit Temp
+  gpu_temp_slow_threshold = GPU Slowdown Temp
+  gpu_temp_slow_tlimit_threshold = GPU Slowdown T.Limit Temp
+  gpu_temp_max_gpu_threshold = GPU Max Operating Temp
+  gpu_temp_max_gpu_tlimit_threshold = GPU Max Operating T.Limit Temp
+  gpu_target_temperature = GPU Target Temperature
+  memory_temp = Memory Current Temp
+  gpu_temp_max_mem_threshold = Memory Max Operating Temp
+  gpu_temp_max_mem_tlimit_threshold = Memory Max Operating T.Limit Temp
+power_readings = Power Readings
+  power_management = Power Management
+  power_draw = Power Draw
+  power_limit = Power Limit
+  default_power_limit = Default Power Limit
+  enforced_power_limit = Enforced Power Limit
+  min_power_limit = Min Power Limit
+  max_power_limit = Max Power Limit
+gpu_power_readings = GPU Power Readings
+  power_draw = Power Draw
+  average_power_draw = Average Power Draw
+  instant_power_draw = Instantaneous Power Draw
+  current_power_limit = Current Power Limit
+  requested_power_limit = Requested Power Limit
+  default_power_limit = Default Power Limit
+  min_power_limit = Min Power Limit
+  max_power_limit = Max Power Limit
+gpu_memory_power_readings = GPU Memory Power Readings
+  average_power_draw = Average Power Draw
+  instant_power_draw = Instantaneous Power Draw
+module_power_readings = Module Power Readings
+  power_draw = Power Draw
+  average_power_draw = Average Power Draw
+  instant_power_draw = Instantaneous Power Draw
+  current_power_limit = Current Power Limit
+  requested_power_limit = Requested Power Limit
+  default_power_limit = Default Power Limit
+  min_power_limit = Min Power Limit
+  max_power_limit = Max Power Limit
+power_smoothing = Power Smoothing
+power_profiles = Workload Power Profiles
+  power_profile_requested_profiles = Requested Profiles
+  power_profile_enforced_profiles = Enforced Profiles
+edpp_multiplier = EDPp Multiplier
+clocks = Clocks
+  graphics_clock = Graphics
+  sm_clock = SM
+  mem_clock = Memory
+  video_clock = Video
+applications_clocks = Applications Clocks
+  graphics_clock = Graphics
+  mem_clock = Memory
+default_applications_clocks = Default Applications Clocks
+  graphics_clock = Graphics
+  mem_clock = Memory
+deferred_clocks = Deferred Clocks
+  mem_clock = Memory
+max_clocks = Max Clocks
+  graphics_clock = Graphics
+  sm_clock = SM
+  mem_clock = Memory
+  video_clock = Video
+max_customer_boost_clocks = Max Customer Boost Clocks
+  graphics_clock = Graphics
+clock_policy = Clock Policy
+  auto_boost = Auto Boost
+  auto_boost_default = Auto Boost Default
+voltage = Voltage
+  graphics_volt = Graphics
+fabric = Fabric
+  state = State
+  status = Status
+  cliqueId = CliqueId
+  clusterUuid = ClusterUUID
+  health = Health
+    summary = Summary
+    bandwidth = Bandwidth
+    route_recovery_in_progress = Route Recovery in progress
+    route_unhealthy = Route Unhealthy
+    access_timeout_recovery = Access Timeout Recovery
+    incorrect_configuration = Incorrect Configuration
+    partition_assigned = Partition Assigned
+@processes
+@accounted_processes
+capabilities = Capabilities
+  egm = EGM
+"""
+
+MIG_SPEC = """
+index = Index
+gpu_instance_id = GPU Instance ID
+compute_instance_id = Compute Instance ID
+device_attributes = Device Attributes
+  shared = Shared
+    multiprocessor_count = Multiprocessor count
+    copy_engine_count = Copy Engine count
+    encoder_count = Encoder count
+    decoder_count = Decoder count
+    ofa_count = OFA count
+    jpg_count = JPG count
+ecc_error_count = ECC Errors
+  volatile_count = Volatile
+    sram_uncorrectable = SRAM Uncorrectable
+fb_memory_usage = Shared FB Memory Usage
+  total = Total
+  reserved = Reserved
+  used = Used
+  free = Free
+bar1_memory_usage = Shared BAR1 Memory
+  total = Total
+  used = Used
+  free = Free
+"""
+
+PROC_TAGS = [("gpu_instance_id", "gi"), ("compute_instance_id", "ci"), ("pid", "pid"), ("type", "type"),
+             ("process_name", "name"), ("used_memory", "used")]
+
+
+class Node:
+    __slots__ = ("tag", "label", "labels", "since", "xform", "children")
+
+    def __init__(self, tag, label, xform):
+        self.tag, self.xform, self.children = tag, xform, []
+        self.labels, self.since = [label], None
+        if label and ";" in label:
+            new, old = label.split(";", 1)
+            old, _sep, since = old.partition("@")
+            self.labels, self.since = [new, old], driver_tuple(since)
+        self.label = self.labels[0]
+
+    def text_label(self, driver):
+        if self.since is None or driver_tuple(driver) >= self.since:
+            return self.labels[0]
+        return self.labels[1]
+
+
+def _parse_spec(text):
+    root = Node(None, None, None)
+    stack = [(-1, root)]
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        depth = (len(raw) - len(raw.lstrip())) // 2
+        body = raw.strip()
+        if body.startswith("@"):
+            node = Node(body, None, None)
+        else:
+            tag, rest = [x.strip() for x in body.split("=", 1)]
+            label, _sep, xform = [x.strip() for x in rest.partition("|")]
+            node = Node(tag, label, xform or None)
+        while stack[-1][0] >= depth:
+            stack.pop()
+        stack[-1][1].children.append(node)
+        stack.append((depth, node))
+    return root.children
+
+
+TREE = _parse_spec(SPEC)
+MIG_TREE = _parse_spec(MIG_SPEC)
+
+
+def dtd_version(driver):
+    v = driver_tuple(driver)
+    if v >= (590,):
+        return "v13"
+    if v >= (525,):
+        return "v12"
+    if v >= (470,):
+        return "v11"
+    return "v10"
+
+
+def _xval(node, value):
+    v = value.strip()
+    if node.xform == "strip0x" and v.lower().startswith("0x"):
+        v = v[2:]
+    return escape(v)
+
+
+# ------------------------------------------------------------------------------------------------ text -> XML
+def _emit(nodes, lookup, base, depth, out):
+    """``lookup(path)`` returns the text Line at ``path`` (or None)."""
+    tabs = "\t" * depth
+    for node in nodes:
+        if node.tag.startswith("@"):
+            continue
+        ln = None
+        for label in node.labels:
+            path = base + label
+            ln = lookup(path)
+            if ln is not None:
+                break
+        if ln is None:
+            continue
+        if node.children and ln.value is None:
+            out.append("%s<%s>" % (tabs, node.tag))
+            _emit(node.children, lookup, path + "/", depth + 1, out)
+            out.append("%s</%s>" % (tabs, node.tag))
+        else:
+            out.append("%s<%s>%s</%s>" % (tabs, node.tag, _xval(node, ln.value or ""), node.tag))
+        if node.tag in ("multiple_single_bit_retirement", "double_bit_retirement"):
+            out[-1:] = ["%s<%s>" % (tabs, node.tag),
+                        "%s\t<retired_count>%s</retired_count>" % (tabs, escape((ln.value or "").strip())),
+                        "%s</%s>" % (tabs, node.tag)]
+
+
+def _gpu_xml(gpu, procs, out):
+    out.append('\t<gpu id="%s">' % escape(gpu.bus_id))
+    for node in TREE:
+        if node.tag == "@mig_devices":
+            blocks = _mig_blocks(gpu)
+            if blocks:
+                out.append("\t\t<mig_devices>")
+                for blk in blocks:
+                    out.append("\t\t\t<mig_device>")
+                    _emit(MIG_TREE, blk.paths.get, "", 4, out)
+                    out.append("\t\t\t</mig_device>")
+                out.append("\t\t</mig_devices>")
+            elif gpu.has("MIG Mode"):
+                out.extend(["\t\t<mig_devices>", "\t\t\tNone", "\t\t</mig_devices>"])
+            continue
+        if node.tag == "@processes":
+            if not gpu.has("Processes"):
+                continue
+            out.append("\t\t<processes>")
+            for p in procs:
+                out.append("\t\t\t<process_info>")
+                for tag, key in PROC_TAGS:
+                    out.append("\t\t\t\t<%s>%s</%s>" % (tag, escape(p.get(key, "N/A")), tag))
+                out.append("\t\t\t</process_info>")
+            out.append("\t\t</processes>")
+            continue
+        if node.tag == "@accounted_processes":  # present and empty next to <processes> in every real XML capture
+            if not gpu.has("Processes"):
+                continue
+            out.extend(["\t\t<accounted_processes>", "\t\t</accounted_processes>"])
+            continue
+        _emit([node], gpu.paths.get, "", 2, out)
+    out.append("\t</gpu>")
+
+
+class _Block:
+    def __init__(self, paths):
+        self.paths = paths
+
+
+def _mig_blocks(gpu):
+    """Each 'MIG Device' section of the text as a path index relative to the block."""
+    blocks = []
+    cur = None
+    stack = []
+    for ln in gpu.lines[1:]:
+        if not ln.raw.strip():
+            continue
+        if ln.indent == 4:
+            cur = None
+            if ln.label == "MIG Device" and ln.value is None:
+                cur = {}
+                blocks.append(_Block(cur))
+                stack = []
+            continue
+        if cur is None:
+            continue
+        while stack and stack[-1][0] >= ln.indent:
+            stack.pop()
+        cur.setdefault("/".join([s[1] for s in stack] + [ln.label]), ln)
+        stack.append((ln.indent, ln.label))
+    return blocks
+
+
+def render_xml(cap, procs, select=None):
+    """``-q -x``. An XML capture is served as captured (whole file); with ``-i`` it goes through the table."""
+    if cap.source == "xml" and select is None:
+        return _original_xml(cap, procs)
+    out = ['<?xml version="1.0" ?>',
+           '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_%s.dtd">' % dtd_version(cap.driver),
+           "<nvidia_smi_log>"]
+    for tag, label in (("timestamp", "Timestamp"), ("driver_version", "Driver Version"),
+                       ("cuda_version", "CUDA Version"), ("attached_gpus", "Attached GPUs")):
+        if label in cap.header:
+            out.append("\t<%s>%s</%s>" % (tag, escape(cap.header[label]), tag))
+    for i, g in enumerate(cap.gpus):
+        if select is None or i in select:
+            _gpu_xml(g, procs.get(i, []), out)
+    out.append("")
+    out.append("</nvidia_smi_log>")
+    return "\n".join(out) + "\n"
+
+
+def _original_xml(cap, procs):
+    """An XML capture is served as captured; registered processes are spliced into each GPU's <processes>."""
+    text = cap.xml_bytes.decode("utf-8")
+    if not any(p.get("registered") for ps in procs.values() for p in ps):
+        return text
+    ind = "\t" if "\n\t<gpu" in text else "    "
+    parts = text.split("<processes")
+    out = [parts[0]]
+    for i, part in enumerate(parts[1:]):
+        extra = [p for p in procs.get(i, []) if p.get("registered")]
+        if extra:
+            blk = []
+            for p in extra:
+                blk.append(ind * 3 + "<process_info>")
+                for tag, key in PROC_TAGS:
+                    blk.append(ind * 4 + "<%s>%s</%s>" % (tag, escape(p.get(key, "N/A")), tag))
+                blk.append(ind * 3 + "</process_info>")
+            body = "\n".join(blk) + "\n" + ind * 2
+            if part.startswith(" />") or part.startswith("/>"):
+                part = ">\n" + body + "</processes>" + part.split("/>", 1)[1]
+            else:
+                head, rest = part.split("</processes>", 1)
+                head = head.rstrip(" \t")
+                part = head + ("" if head.endswith("\n") else "\n") + body + "</processes>" + rest
+        out.append(part)
+    return "<processes".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ XML -> text
+def text_col(driver):
+    """Column of ' : ' in -q text: 35 (440.x), 41 (470..570), 54 (590+); see PARSER_NOTES.md section 3."""
+    v = driver_tuple(driver)
+    if v >= (590,):
+        return 54
+    if v >= (470,):
+        return 41
+    return 35
+
+
+def _elem_text(el):
+    return (el.text or "").strip()
+
+
+def _text_processes(g, col, out):
+    from .render import PROC_COL
+    procs = g.find("processes")
+    if procs is None:  # old XML (v10) without a processes element: nothing to print
+        return
+    infos = procs.findall("process_info")
+    if not infos:
+        out.append(Line.kv(4, "Processes", "None", col))
+        return
+    out.append(Line.section(4, "Processes"))
+    for pi in infos:
+        v = {key: (pi.findtext(tag, "N/A") or "").strip() for tag, key in PROC_TAGS}
+        out.extend([Line.kv(8, "GPU instance ID", v["gi"], PROC_COL),
+                    Line.kv(8, "Compute instance ID", v["ci"], PROC_COL),
+                    Line.kv(8, "Process ID", v["pid"], PROC_COL), Line.kv(12, "Type", v["type"], PROC_COL),
+                    Line.kv(12, "Name", v["name"], PROC_COL), Line.kv(12, "Used GPU Memory", v["used"], PROC_COL)])
+
+
+def _walk_xml(nodes, el, depth, col, out, driver=""):
+    for node in nodes:
+        if node.tag == "@processes" and depth == 1:
+            _text_processes(el, col, out)
+            continue
+        if node.tag == "@mig_devices" and depth == 1:
+            for md in el.findall("mig_devices/mig_device"):
+                out.append(Line.section(4, "MIG Device"))
+                _walk_xml(MIG_TREE, md, 2, col, out, driver)
+            continue
+        if node.tag.startswith("@"):
+            continue
+        child = el.find(node.tag)
+        if child is None:
+            continue
+        indent = 4 * depth
+        label = node.text_label(driver).split("/")[-1]
+        if "/" in node.label:  # flat XML, nested text (HW Slowdown children)
+            indent += 4 * node.label.count("/")
+        if node.tag in ("multiple_single_bit_retirement", "double_bit_retirement"):
+            out.append(Line.kv(indent, label, (child.findtext("retired_count") or "N/A").strip(), col))
+        elif node.children and len(child):
+            out.append(Line.section(indent, label))
+            _walk_xml(node.children, child, depth + 1, col, out, driver)
+        else:
+            v = _elem_text(child)
+            if node.xform == "strip0x" and v and v != "N/A":
+                v = "0x" + v
+            out.append(Line.kv(indent, label, v, col))
+
+
+def xml_to_capture(data):
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(data)  # ElementTree never fetches the external DTD
+    if root.tag != "nvidia_smi_log":
+        raise ValueError("not an nvidia-smi -q -x capture")
+    driver = (root.findtext("driver_version") or "").strip()
+    col = text_col(driver)
+    lines = [Line(""), Line("==============NVSMI LOG=============="), Line("")]
+    for tag, label in (("timestamp", "Timestamp"), ("driver_version", "Driver Version"),
+                       ("cuda_version", "CUDA Version")):
+        if root.find(tag) is not None:
+            lines.append(Line.kv(0, label, (root.findtext(tag) or "").strip(), col))
+    lines.append(Line(""))
+    lines.append(Line.kv(0, "Attached GPUs", (root.findtext("attached_gpus") or "").strip(), col))
+    for g in root.findall("gpu"):
+        lines.append(Line.section(0, "GPU " + g.get("id", "")))
+        _walk_xml(TREE, g, 1, col, lines, driver)
+        lines.append(Line(""))
+    cap = Capture(lines, source="xml", xml_bytes=data)
+    if not cap.gpus:
+        raise ValueError("no <gpu> in the XML capture")
+    return cap
