@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import REPO, VENV_BIN, ansible_env
+from pbhelpers import REPO, VENV_BIN, ansible_env
 
 
 def test_build_install_and_ansible_doc(tmp_path):

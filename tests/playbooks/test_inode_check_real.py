@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, VENV_BIN, ansible_env
+from pbhelpers import REPO, VENV_BIN, ansible_env
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs with nr_inodes= needs root")
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO, run_playbook
+from pbhelpers import REPO, run_playbook
 
 PLATFORMS = ("autodl", "runpod", "vastai", "lambda", "paperspace", "china", "generic_ssh", "local")
 VARIANTS = ("slurm", "kubernetes")

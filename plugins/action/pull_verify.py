@@ -1,0 +1,152 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Pull a result root from the box with resumable rsync and verify it against the box's manifest."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
+
+C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def write_json_atomic(path, data):
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("src", "manifest_path", "manifest_sha256", "run_id", "pull_root", "allow_extra",
+                             "pull", "use_torch", "timeout"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _spec, args = self.validate_argument_spec(argument_spec=dict(
+            src=dict(type="str", required=True),
+            manifest_path=dict(type="str", required=True),
+            manifest_sha256=dict(type="str", required=True),
+            run_id=dict(type="str", required=True),
+            pull_root=dict(type="path", default="pulls"),
+            allow_extra=dict(type="bool", default=False),
+            pull=dict(type="bool", default=True),
+            use_torch=dict(type="bool", default=True),
+            timeout=dict(type="int", default=3600),
+        ))
+        host = task_vars["inventory_hostname"]
+        try:
+            dest = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])
+        except ValueError as exc:
+            return dict(result, failed=True, msg=str(exc))
+        data_dir = os.path.join(dest, teardown.DATA_DIR)
+        verified_path = os.path.join(dest, teardown.VERIFIED_NAME)
+        result.update(pull_dir=dest, verified_path=verified_path, problems=[], verified=False, changed=False)
+        if self._task.check_mode:
+            result.update(changed=True, msg="would pull %s:%s into %s and verify it against %s" % (
+                host, args["src"], data_dir, args["manifest_path"]))
+            return result
+
+        # A verification that fails now must not leave an older PULL_VERIFIED.json opening the gate.
+        if os.path.exists(verified_path):
+            os.unlink(verified_path)
+        os.makedirs(data_dir, exist_ok=True)
+        local_manifest = os.path.join(dest, teardown.MANIFEST_NAME)
+        if args["pull"]:
+            for remote, local, recursive in ((args["src"].rstrip("/") + "/", data_dir + "/", True),
+                                             (args["manifest_path"], local_manifest, False)):
+                error = self._rsync(remote, local, recursive, args["timeout"], task_vars)
+                if error:
+                    return dict(result, failed=True, msg=error)
+
+        try:
+            with open(local_manifest, "rb") as handle:
+                raw = handle.read()
+        except OSError as exc:
+            return dict(result, failed=True, msg="cannot read the pulled manifest %s: %s" % (local_manifest, exc.strerror))
+        pulled_sha = hashlib.sha256(raw).hexdigest()
+        if pulled_sha != args["manifest_sha256"]:
+            return dict(result, failed=True, msg="the pulled manifest's sha256 %s differs from the box's %s: the manifest "
+                        "changed during the pull; run pull_manifest and pull again" % (pulled_sha, args["manifest_sha256"]))
+        try:
+            manifest = mf.load_manifest(raw.decode("utf-8"))
+        except (mf.ManifestError, UnicodeDecodeError) as exc:
+            return dict(result, failed=True, msg="the pulled manifest is not valid: %s" % to_native(exc))
+
+        problems = mf.verify_directory(manifest, data_dir, allow_extra=args["allow_extra"], use_torch=args["use_torch"])
+        result["problems"] = problems
+        if problems:
+            shown = "; ".join("%s %s: %s" % (p["code"], p["path"], p["message"]) for p in problems[:10])
+            more = " (and %d more)" % (len(problems) - 10) if len(problems) > 10 else ""
+            return dict(result, failed=True, msg="the pull of %s run %s does not match the box: %s%s. Nothing was marked "
+                        "verified; fix the cause and pull again." % (host, args["run_id"], shown, more))
+        record = {
+            "host": host,
+            "run_id": args["run_id"],
+            "manifest_sha256": pulled_sha,
+            "files": manifest["files"],
+            "total_bytes": sum(item["bytes"] for item in manifest["files"]),
+            "verified_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "tool": TOOL,
+            "problems": [],
+        }
+        write_json_atomic(verified_path, record)
+        result.update(changed=True, verified=True, manifest_sha256=pulled_sha, file_count=len(manifest["files"]),
+                      total_bytes=record["total_bytes"],
+                      msg="pulled and verified %d file(s), %d bytes" % (len(manifest["files"]), record["total_bytes"]))
+        return result
+
+    def _rsync(self, remote, local, recursive, timeout, task_vars):
+        """Resumable rsync from the box; returns an error message or None."""
+        flags = ["-a", "--partial", "--partial-dir=.rsync-partial"] + (["--delete"] if recursive else [])
+        conn = self._connection
+        if conn.transport in ("local", "ansible.builtin.local"):
+            source = remote
+            ssh = []
+        else:
+            user = conn.get_option("remote_user") or task_vars.get("ansible_user")
+            address = conn.get_option("host")
+            source = "%s%s:%s" % ((user + "@") if user else "", address, remote)
+            ssh_argv = ["ssh", "-o", "BatchMode=yes"]
+            if conn.get_option("port"):
+                ssh_argv += ["-p", str(conn.get_option("port"))]
+            if conn.get_option("private_key_file"):
+                ssh_argv += ["-i", os.path.expanduser(conn.get_option("private_key_file"))]
+            for option in ("ssh_common_args", "ssh_extra_args"):
+                ssh_argv += shlex.split(conn.get_option(option) or "")
+            ssh = ["-e", " ".join(shlex.quote(a) for a in ssh_argv)]
+        argv = ["rsync"] + flags + ssh + [source, local]
+        env = dict(os.environ, **C_LOCALE)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        except FileNotFoundError:
+            return "rsync is not installed on the controller: install it (apt-get install rsync) and run again"
+        except subprocess.TimeoutExpired:
+            return "rsync of %s did not finish within %d s; run again: --partial resumes where it stopped" % (remote, timeout)
+        if proc.returncode != 0:
+            return "rsync of %s failed (exit %d): %s. Run again: --partial resumes where it stopped" % (
+                remote, proc.returncode, proc.stderr.strip()[-500:])
+        return None

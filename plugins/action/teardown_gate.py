@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The teardown gate: refuse the meter-stop verb unless the pull is verified and the host approved by name."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("run_id", "pull_root", "manifest_sha256", "approve", "command", "reason"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _spec, args = self.validate_argument_spec(argument_spec=dict(
+            run_id=dict(type="str", required=True),
+            pull_root=dict(type="path", default="pulls"),
+            manifest_sha256=dict(type="str", default=""),
+            approve=dict(type="raw"),
+            command=dict(type="list", elements="str", default=[]),
+            reason=dict(type="str", default=""),
+        ))
+        host = task_vars["inventory_hostname"]
+        approvals, approval_error = teardown.parse_approvals(args["approve"])
+        try:
+            directory = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])
+        except ValueError as exc:
+            return dict(result, failed=True, msg=str(exc), refusals=[teardown.refusal("bad_run_id", str(exc))])
+        verified = teardown.load_verified(os.path.join(directory, teardown.VERIFIED_NAME))
+        refusals = teardown.gate_refusals(host, args["run_id"], verified, args["manifest_sha256"], approvals,
+                                          approval_error)
+        placeholders = teardown.unresolved_placeholders(args["command"])
+        if placeholders:
+            refusals.append(teardown.refusal(
+                "command_placeholder",
+                "the meter-stop command still holds %s: set the matching inventory variable for %s (for example "
+                "runpod_pod_id or vastai_instance_id)" % (", ".join(placeholders), host)))
+        if args["reason"] and refusals:
+            refusals[0]["message"] += " (%s)" % args["reason"]
+        result.update(changed=False, open=not refusals, refusals=refusals, pull_dir=directory,
+                      approved=host in approvals)
+        if refusals:
+            msg = "teardown refused for %s: %s" % (host, "; ".join("%s: %s" % (r["code"], r["message"]) for r in refusals))
+            if self._task.check_mode:
+                result["msg"] = "check mode: " + msg
+            else:
+                result.update(failed=True, msg=msg)
+        else:
+            result["msg"] = "gate open for %s: pull verified for run %s and approved by name" % (host, args["run_id"])
+        return result

@@ -1,0 +1,94 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: teardown_gate
+short_description: Refuse to stop a box's meter unless its pull is verified and a person approved it by name
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Runs on the controller (an action plugin) before the meter-stop verb of the platform profile.
+  - The gate is open only when all of these hold, and each refusal names the condition that failed.
+  - The controller holds a C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only
+    when roster, bytes, sha256 and checkpoint loadability all matched), it recorded no problem, and its manifest is the
+    manifest the box has now.
+  - A person approved this host by name. A blanket word such as V(all) or V(yes) is refused.
+  - The meter-stop command holds no unresolved C($VAR) placeholder from the profile.
+  - Fails the host when the gate is closed. In check mode it reports the refusals without failing.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: Reports what the gate would decide and changes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  run_id:
+    description: The run whose pull must be verified.
+    type: str
+    required: true
+  pull_root:
+    description: Controller directory holding the pulls, as C(<pull_root>/<host>/<run_id>/).
+    type: path
+    default: pulls
+  manifest_sha256:
+    description: sha256 of the manifest the box has now (from M(remote_gpu.trainer.pull_manifest)); empty when unknown.
+    type: str
+    default: ""
+  approve:
+    description: Host names a person approved, as a comma-separated string or a list.
+    type: raw
+  command:
+    description: The meter-stop argv from the profile, checked for unresolved placeholders.
+    type: list
+    elements: str
+    default: []
+  reason:
+    description: Why an earlier step failed, appended to the first refusal.
+    type: str
+    default: ""
+"""
+
+EXAMPLES = r"""
+- name: Check the teardown gate
+  remote_gpu.trainer.teardown_gate:
+    run_id: exp42
+    manifest_sha256: "{{ manifest.sha256 }}"
+    approve: "{{ teardown_approve }}"
+    command: "{{ trainer_meter_stop.command }}"
+"""
+
+RETURN = r"""
+open:
+  description: Whether every condition holds.
+  type: bool
+  returned: always
+  sample: false
+refusals:
+  description: Each failed condition, with a stable code and a message.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"code": "not_approved", "message": "lab-01 was not approved by name (approved: lab-02)"}]
+approved:
+  description: Whether the host was approved by name.
+  type: bool
+  returned: always
+  sample: true
+pull_dir:
+  description: The controller directory of this host's pull for the run.
+  type: str
+  returned: always
+  sample: pulls/lab-01/exp42
+"""

@@ -1,0 +1,130 @@
+"""teardown.yml on localhost with the `local` profile (verb: manual), so nothing can be stopped for real.
+
+The lab tests cover the platforms whose verbs act (recorded by stand-ins); these cover the pull, the
+verification and the gate's refusals, which are the same on every platform.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from pbhelpers import REPO, run_playbook
+
+PLAYBOOK = REPO / "playbooks" / "teardown.yml"
+
+
+def safetensors_bytes(values=(1.0, 2.0, 3.0, 4.0)):
+    data = struct.pack("<%df" % len(values), *values)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [len(values)], "data_offsets": [0, len(data)]}}).encode()
+    return struct.pack("<Q", len(header)) + header + data
+
+
+@pytest.fixture
+def run_root(tmp_path):
+    root = tmp_path / "box" / "runs" / "exp42"
+    root.mkdir(parents=True)
+    (root / "model.safetensors").write_bytes(safetensors_bytes())
+    (root / "metrics.json").write_text('{"val_loss": 0.31}\n')
+    return root
+
+
+def teardown(local_inventory, tmp_path, run_root, *extra, approve="localhost", roster=("model.safetensors", "metrics.json")):
+    args = ["-e", json.dumps({"teardown_run_id": "exp42", "teardown_result_root": str(run_root),
+                              "teardown_roster": list(roster), "teardown_pull_root": str(tmp_path / "pulls")})]
+    if approve is not None:
+        args += ["-e", "teardown_approve=%s" % approve]
+    return run_playbook(PLAYBOOK, local_inventory, *args, *extra)
+
+
+def pull_dir(tmp_path):
+    return tmp_path / "pulls" / "localhost" / "exp42"
+
+
+def test_verified_and_approved_writes_verified_file_and_receipt(local_inventory, tmp_path, run_root):
+    proc = teardown(local_inventory, tmp_path, run_root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verified = json.loads((pull_dir(tmp_path) / "PULL_VERIFIED.json").read_text())
+    assert verified["host"] == "localhost" and verified["run_id"] == "exp42"
+    assert sorted(f["path"] for f in verified["files"]) == ["metrics.json", "model.safetensors"]
+    receipt = json.loads((pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").read_text())
+    assert receipt["verb"] == "manual" and receipt["acted"] is False
+    assert receipt["manifest_sha256"] == verified["manifest_sha256"]
+    assert (pull_dir(tmp_path) / "data" / "model.safetensors").read_bytes() == (run_root / "model.safetensors").read_bytes()
+    assert "Nothing was stopped on localhost" in proc.stdout
+
+
+def assert_refused(proc, code):
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "teardown refused for localhost" in out and code in out, out
+
+
+def test_missing_roster_file_refuses_and_names_it(local_inventory, tmp_path, run_root):
+    proc = teardown(local_inventory, tmp_path, run_root, roster=("model.safetensors", "metrics.json", "best.pt"))
+    assert_refused(proc, "manifest_unknown")
+    assert "best.pt" in proc.stdout
+    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+
+
+def test_one_byte_changed_on_the_controller_refuses(local_inventory, tmp_path, run_root):
+    assert teardown(local_inventory, tmp_path, run_root).returncode == 0
+    (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").unlink()
+    pulled = pull_dir(tmp_path) / "data" / "metrics.json"
+    pulled.write_text(pulled.read_text().replace("0.31", "0.32"))
+    proc = teardown(local_inventory, tmp_path, run_root, "-e", "teardown_pull_files=false")
+    assert_refused(proc, "no_pull_verified")
+    assert "sha256_mismatch metrics.json" in proc.stdout
+    assert not (pull_dir(tmp_path) / "PULL_VERIFIED.json").exists()
+    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+
+
+def test_file_missing_from_the_pull_refuses(local_inventory, tmp_path, run_root):
+    assert teardown(local_inventory, tmp_path, run_root).returncode == 0
+    (pull_dir(tmp_path) / "data" / "model.safetensors").unlink()
+    proc = teardown(local_inventory, tmp_path, run_root, "-e", "teardown_pull_files=false")
+    assert_refused(proc, "no_pull_verified")
+    assert "missing model.safetensors" in proc.stdout
+
+
+def test_truncated_checkpoint_refuses_even_when_hashes_match(local_inventory, tmp_path, run_root):
+    ckpt = run_root / "model.safetensors"
+    ckpt.write_bytes(ckpt.read_bytes()[:-5])  # truncated on the box before the manifest: hashes agree, load fails
+    proc = teardown(local_inventory, tmp_path, run_root)
+    assert_refused(proc, "no_pull_verified")
+    assert "not_loadable model.safetensors" in proc.stdout
+
+
+@pytest.mark.parametrize("approve,code", [(None, "not_approved"), ("otherhost", "not_approved"),
+                                          ("all", "approval_refused"), ("yes", "approval_refused")])
+def test_approval_must_name_the_host(local_inventory, tmp_path, run_root, approve, code):
+    proc = teardown(local_inventory, tmp_path, run_root, approve=approve)
+    assert_refused(proc, code)
+    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+
+
+def test_verified_file_for_another_run_refuses(local_inventory, tmp_path, run_root):
+    assert teardown(local_inventory, tmp_path, run_root).returncode == 0
+    path = pull_dir(tmp_path) / "PULL_VERIFIED.json"
+    record = json.loads(path.read_text())
+    record["run_id"] = "exp41"
+    path.write_text(json.dumps(record))
+    # skip the pull so that the gate sees the file as it is
+    proc = teardown(local_inventory, tmp_path, run_root, "--skip-tags", "teardown_pull")
+    assert_refused(proc, "pull_verified_mismatch")
+
+
+def test_no_verified_file_refuses(local_inventory, tmp_path, run_root):
+    proc = teardown(local_inventory, tmp_path, run_root, "--skip-tags", "teardown_pull")
+    assert_refused(proc, "no_pull_verified")
+
+
+def test_check_mode_shows_the_plan_and_writes_nothing(local_inventory, tmp_path, run_root):
+    proc = teardown(local_inventory, tmp_path, run_root, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "would pull" in proc.stdout
+    assert not (tmp_path / "pulls").exists() or not any((tmp_path / "pulls").rglob("*.json"))
+    assert "check mode: teardown refused for localhost: no_pull_verified" in proc.stdout
+    assert not (run_root.parent / "PULL_MANIFEST.exp42.json").exists()  # the box was not written either
