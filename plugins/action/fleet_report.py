@@ -23,7 +23,7 @@ display = Display()
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "record_var", "report_path", "strict", "title"))
+    _VALID_ARGS = frozenset(("hosts", "record_var", "report_path", "strict", "title", "fail_run"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -33,10 +33,11 @@ class ActionModule(ActionBase):
             report_path=dict(type="path"),
             strict=dict(type="bool", default=False),
             title=dict(type="str", default="fleet"),
+            fail_run=dict(type="bool", default=True),
         ))
         hostvars = task_vars.get("hostvars", {})
         rows = []
-        for host in args["hosts"]:
+        for host in sorted(args["hosts"]):
             host_vars = hostvars.get(host, {})
             record = host_vars.get(args["record_var"]) if host_vars else None
             if isinstance(record, dict):
@@ -61,7 +62,7 @@ class ActionModule(ActionBase):
         if args["report_path"]:
             self._write_json(args["report_path"], report)
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"])
-        if failing:
+        if failing and args["fail_run"]:
             # The table is already on screen and the rows are in the report: keep the failure short.
             reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
                        for row in rows if row["host"] in failing]

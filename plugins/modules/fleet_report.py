@@ -57,6 +57,10 @@ options:
     description: Name of the run, printed under the table and stored in the report.
     type: str
     default: fleet
+  fail_run:
+    description: Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""

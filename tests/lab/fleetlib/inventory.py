@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+from . import state as st
+
 # Per platform: SSH user, the data disk (fast scratch), the durable FS shared per region (None: no shared
 # FS on the box), extra directories, and environment the platform sets at creation. Paths come from
 # /work/shared/platforms.md. "~" means the SSH user's home. Unknown platform names fall back to generic_ssh.
@@ -115,6 +117,26 @@ def _scalar(val) -> str:
     return json.dumps(val)
 
 
+def scenario_options(scenario_dir: str) -> dict:
+    """The gpu_health options a scenario is built for (expect.yml `options: {k: v}`), ints kept as ints."""
+    try:
+        with open(os.path.join(scenario_dir, "expect.yml"), encoding="utf-8") as fh:
+            line = next((ln for ln in fh if ln.startswith("options:")), "options: {}")
+    except OSError:
+        return {}
+    body = line.split(":", 1)[1].strip().strip("{}")
+    options = {}
+    for pair in filter(None, (p.strip() for p in body.split(","))):
+        key, _sep, value = (x.strip() for x in pair.partition(":"))
+        options[key] = int(value) if value.isdigit() else value
+    return options
+
+
+# Preflight variables that a scenario's expect.yml options translate to.
+PREFLIGHT_VARS = {"expected_count": "preflight_expected_gpus", "expected_name": "preflight_expected_gpu_name",
+                  "min_memory_mib": "preflight_min_memory_mib"}
+
+
 def inventory(state: str, instances: list, key_file: str, known_hosts: str) -> dict:
     common = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
     control = os.path.join(state, "cp", "%C")
@@ -130,6 +152,11 @@ def inventory(state: str, instances: list, key_file: str, known_hosts: str) -> d
             "lab_durable_dir": inst["durable_dir"], "lab_meter_log": inst["meter_log"],
             "lab_gpu_runtime": inst["gpu_runtime"],
         }
+        scenario = inst["scenario"]
+        scenario = scenario if os.path.isabs(scenario) else os.path.join(st.LAB_DIR, "gpu", "scenarios", scenario)
+        for option, value in scenario_options(scenario).items():
+            if option in PREFLIGHT_VARS:
+                hosts[inst["name"]][PREFLIGHT_VARS[option]] = value
         names = [inst["platform"]] + [f"lab_variant_{v.replace('-', '_')}" for v in inst["variants"]]
         if inst["durable_dir"]:
             names.append(f"lab_region_{inst['platform']}_{inst['region']}".lower().replace("-", "_"))
@@ -141,6 +168,8 @@ def inventory(state: str, instances: list, key_file: str, known_hosts: str) -> d
         "ansible_ssh_private_key_file": key_file,
         "ansible_ssh_common_args": common,
         "lab_state_dir": state,
+        # torch cannot see an emulated GPU: the lab's preflight leaves the torch probe out.
+        "preflight_check_torch": False,
     }, "children": children}}
 
 
