@@ -1,0 +1,77 @@
+"""Shared pieces of the lab benchmarks: a private fleet, an SSH wrapper that counts executions, the seed scripts."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FLEET = REPO / "tests" / "lab" / "fleet"
+SEEDS = REPO / "tests" / "fixtures" / "seeds" / "scripts.txt"
+VENV_BIN = pathlib.Path(sys.executable).parent
+
+
+def seed_script(name):
+    """One script from the seed bundle (a diff of new files: lines start with '+')."""
+    text = SEEDS.read_text()
+    start = text.index("scripts/%s\n" % name)
+    body = text[start:].split("\n@@", 1)[1].split("\n", 1)[1]
+    lines = []
+    for line in body.split("\n"):
+        if not line.startswith("+"):
+            break
+        lines.append(line[1:])
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def lab_fleet(size, *args):
+    """A fleet in its own state directory (so it never touches a fleet already up); always taken down."""
+    if os.geteuid() != 0:
+        raise SystemExit("the lab fleet needs root (namespaces, tmpfs); run this benchmark as root")
+    state = tempfile.mkdtemp(prefix="rgt-bench-", dir="/tmp")
+    env = dict(os.environ, LAB_STATE_DIR=state)
+    try:
+        out = subprocess.run([str(FLEET), "up", "--size", str(size), *args], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        yield pathlib.Path(out.strip().splitlines()[-1]), pathlib.Path(state), env
+    finally:
+        subprocess.run([str(FLEET), "down"], env=env, check=False, capture_output=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def counting_ssh(directory):
+    """An ssh wrapper that logs each execution's target address, then runs the real ssh."""
+    log = directory / "ssh-executions.log"
+    wrapper = directory / "ssh"
+    real = shutil.which("ssh")
+    wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, real))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper, log
+
+
+def executions_per_host(log, addresses):
+    """{address: count} from the wrapper's log (each line is one ssh argv)."""
+    counts = collections.Counter()
+    if log.exists():
+        for line in log.read_text().splitlines():
+            for address in re.findall(r"127\.0\.0\.\d+", line):
+                if address in addresses:
+                    counts[address] += 1
+                    break
+    return counts
+
+
+def timed(func):
+    start = time.perf_counter()
+    value = func()
+    return time.perf_counter() - start, value
