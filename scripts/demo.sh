@@ -24,6 +24,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Default demo fleet: two AutoDL boxes in one region (one of them an AutoDL image without python3), a
+# RunPod box, and a fourth AutoDL box in another region whose H100s are throttled (a real capture).
+if [[ $# -eq 0 ]]; then
+  set -- --size 4 --variant lab-02=autodl-image --scenario lab-04=8xh100-hwslowdown
+fi
 up_log=$(mktemp)
 if ! tests/lab/fleet up "$@" | tee "$up_log"; then
   echo "demo: the lab fleet did not come up (see above)" >&2
@@ -33,8 +38,22 @@ inventory=$(tail -n 1 "$up_log")
 rm -f "$up_log"
 echo "demo: lab inventory at $inventory"
 
+rm -f reports/preflight.json
 rc=0
 ansible-playbook -i "$inventory" playbooks/preflight.yml \
   -e preflight_report_path="$PWD/reports/preflight.json" || rc=$?
-echo "demo: preflight exited $rc (non-zero when a box is unfit or unreachable); report in reports/preflight.json"
+# Exit 2 with a fresh report whose failing hosts all have a FAIL verdict means preflight did its job: it
+# found unfit boxes (the default demo fleet has one). Anything else is a demo that did not run.
+if [[ $rc -eq 2 && -f reports/preflight.json ]] && python3 -c '
+import json, sys
+report = json.load(open("reports/preflight.json"))
+rows = {row["host"]: row for row in report["hosts"]}
+sys.exit(0 if report["failing"] and all(rows[h]["verdict"] == "FAIL" for h in report["failing"]) else 1)'; then
+  echo "demo: preflight named unfit boxes with their evidence (table above); report in reports/preflight.json"
+  rc=0
+elif [[ $rc -eq 0 ]]; then
+  echo "demo: preflight passed every box; report in reports/preflight.json"
+else
+  echo "demo: preflight did not complete (exit $rc); see the output above" >&2
+fi
 exit "$rc"
