@@ -34,7 +34,9 @@ def host_name(i: int) -> str:
 
 
 def host_addr(i: int) -> str:
-    return f"127.0.0.{10 + i}"
+    """127.0.0.(10+i); LAB_NET=127.0.N moves a second fleet (its own LAB_STATE_DIR) to other addresses."""
+    net = os.environ.get("LAB_NET", "127.0.0")
+    return f"{net}.{10 + i}"
 
 
 def platform_info(platform: str) -> dict:
