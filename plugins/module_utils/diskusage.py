@@ -188,6 +188,21 @@ def tree_bytes(path):
     return total, files
 
 
+def hf_cache_findings(report, warn_bytes):
+    """hf_cache_large: a big Hugging Face cache that sits on the home (system) disk instead of the data disk."""
+    if not report or not report["exists"] or report["bytes"] is None or report["bytes"] < warn_bytes:
+        return []
+    if report["other_filesystem"]:
+        return []
+    return [finding(
+        "WARN", "hf_cache_large",
+        "the Hugging Face cache %s holds %s on the home filesystem%s" % (
+            report["path"], human_bytes(report["bytes"]),
+            (" (largest: %s)" % report["models"][0]["name"]) if report["models"] else ""),
+        "Move it to the data disk and point HF_HOME there (the hf_mirror role does), or delete models you no "
+        "longer need; the system disk is small and fills up first.", path=report["path"])]
+
+
 def hf_cache_report(cache_path, home):
     """Where the Hugging Face cache lives and how big it is.
 

@@ -36,9 +36,11 @@ KEY_CODES = {
     31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU MMU page fault (invalid GPU virtual address)", APP_FAULT, _APP),
     32: ("ROBUST_CHANNEL_PBDMA_ERROR", "corrupted push-buffer stream (check PCIe if frequent)", APP_FAULT, _APP),
     43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "a user context faulted and was torn down", APP_FAULT, _APP),
-    # 45 is secondary (catalogue: INFO): a killed/exited process, or the echo of the Xid it names as its cause.
+    # 45 alone means the driver tore down a process's channels (killed, crashed, or stuck): an application fault
+    # worth a warning. Next to another Xid, or with "caused by previous Xid N", it is only that Xid's echo and
+    # is demoted to INFO (the catalogue's "Not Solo: IGNORE (follow other Xid)"); see _demote_secondary_45.
     45: ("ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "driver removed channels (process killed or an earlier error)",
-         INFO, "follow the Xid that caused it, if any; otherwise nothing (a process was killed or exited)"),
+         APP_FAULT, "check the job on this GPU (it was killed or crashed); if another Xid names the cause, follow it"),
     46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", FATAL, _RESET),
     48: ("ROBUST_CHANNEL_GPU_ECC_DBE", "uncorrectable (double-bit) ECC error in GPU memory", FATAL, _HW),
     54: ("SILENT_RUNNING_PWR_REDUCED_CLOCKING", "auxiliary power not connected", FATAL, _HW),
@@ -260,7 +262,16 @@ def parse_kernel_log(text):
             events.append(event)
         elif _FALLEN_RE.search(line):
             events.append(_fallen_off_event(lines, index))
-    return _dedupe_fallen_off(events)
+    return _demote_secondary_45(_dedupe_fallen_off(events))
+
+
+def _demote_secondary_45(events):
+    """Xid 45 that echoes another Xid (a 'caused by' link, or another Xid on the same GPU) is INFO, not a fault."""
+    others = set(event["pci"] for event in events if event["xid"] != 45)
+    for event in events:
+        if event["xid"] == 45 and (event["caused_by"] is not None or event["pci"] in others):
+            event["severity"] = INFO
+    return events
 
 
 def _dedupe_fallen_off(events):

@@ -19,7 +19,8 @@ description:
   - Rented boxes run out of inodes long before bytes (a durable FS with a cap of about 200K inodes fills up with
     per-sample evaluation images while C(df -h) shows a third used). This module checks both.
   - Returns findings with stable codes against thresholds, projected budgets (bytes and inodes a job will need),
-    the largest inode consumers under each path, and where the Hugging Face cache lives and how big it is.
+    the largest inode consumers under each path, and where the Hugging Face cache lives and how big it is
+    (C(hf_cache_large) when a big cache sits on the home disk instead of the data disk).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes
@@ -84,6 +85,12 @@ options:
       - Set to an empty string to skip the audit.
     type: str
     default: ~/.cache/huggingface
+  hf_cache_warn_gib:
+    description:
+      - Size from which a Hugging Face cache on the home filesystem (not moved to another disk) is a
+        C(hf_cache_large) finding.
+    type: int
+    default: 10
   fail_on:
     description:
       - The level at which the task fails. V(never) only reports.
@@ -199,6 +206,7 @@ def build_module():
                 ),
             ),
             hf_cache=dict(type="str", default="~/.cache/huggingface"),
+            hf_cache_warn_gib=dict(type="int", default=10),
             fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
         ),
         supports_check_mode=True,
@@ -243,6 +251,7 @@ def run(params):
     if params["hf_cache"]:
         home = os.path.expanduser("~")
         hf_cache = diskusage.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
+        findings.extend(diskusage.hf_cache_findings(hf_cache, params["hf_cache_warn_gib"] * 1024 ** 3))
     return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}, None
 
 

@@ -106,7 +106,7 @@ SCENARIOS = [
          description="healthy H100 capture, dmesg holds Xid 32 + Xid 31 (MMU fault) in the old 2015 format"),
     dict(name="xid45-preemptive-removal", capture=H100_IDLE,
          kern_log="xid-logs/dmesg-ctime__xid-45-then-hung-task__gpud-pr117.log",
-         verdict="PASS", codes=["xid_info"], absent=["xid_fatal", "xid_app_fault"],
+         verdict="WARN", codes=["xid_app_fault"], absent=["xid_fatal"],
          description="healthy H100 capture, dmesg -T holds Xid 45 (channels removed) followed by a hung-task trace"),
     dict(name="xid120-gsp-error", capture=H100_IDLE,
          kern_log="xid-logs/journalctl__xid-120-gsp-task-exception__575.51.02__open-gpu-kernel-modules-829.log",

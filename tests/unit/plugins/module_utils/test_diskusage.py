@@ -157,6 +157,16 @@ def test_hf_cache_absent_and_dangling(tmp_path):
     assert report["is_symlink"] and not report["exists"]
 
 
+def test_hf_cache_large_only_on_the_home_filesystem():
+    report = {"path": "/root/.cache/huggingface", "exists": True, "bytes": 12 * 1024 ** 3, "other_filesystem": False,
+              "models": [{"name": "models--meta-llama--Llama-3.1-8B", "bytes": 11 * 1024 ** 3}]}
+    found = diskusage.hf_cache_findings(report, 10 * 1024 ** 3)
+    assert codes(found) == ["hf_cache_large"] and "Llama-3.1-8B" in found[0]["message"]
+    assert diskusage.hf_cache_findings(dict(report, other_filesystem=True), 10 * 1024 ** 3) == []
+    assert diskusage.hf_cache_findings(dict(report, bytes=1024), 10 * 1024 ** 3) == []
+    assert diskusage.hf_cache_findings(None, 1) == []
+
+
 def test_human_bytes():
     assert diskusage.human_bytes(512) == "512 B"
     assert diskusage.human_bytes(1536) == "1.5 KiB"
