@@ -131,7 +131,8 @@ def processes_in(namespaces: set) -> list:
 def lab_free():
     if os.geteuid() != 0:
         pytest.skip("the lab fleet needs root")
-    busy = [a for a in (f"127.0.0.{10 + i}" for i in range(1, 10)) if listening(a)]
+    net = os.environ.get("LAB_NET", "127.0.0")
+    busy = [a for a in (f"{net}.{10 + i}" for i in range(1, 10)) if listening(a)]
     if busy:
         pytest.skip(f"a lab fleet (or something else) already listens on {', '.join(busy)}:22; "
                     "run `tests/lab/fleet down` first")

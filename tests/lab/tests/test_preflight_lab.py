@@ -1,0 +1,74 @@
+"""preflight.yml against the lab fleet: the table, the exit code, unreachable hosts, and host limits."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import REPO, Fleet, needs_root, run_fleet
+
+pytestmark = needs_root
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_free, tmp_path_factory):
+    state = tmp_path_factory.mktemp("lab")
+    up = run_fleet(["up", "--size", "4", "--scenario", "lab-02=8xh100-hwslowdown", "--variant", "lab-03=down",
+                    "--scenario", "lab-04=xid13-gr-exception"], state)
+    try:
+        yield Fleet(state, up)
+    finally:
+        run_fleet(["down"], state, check=False)
+
+
+def preflight(fleet, tmp_path, *args):
+    report = tmp_path / "preflight.json"
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                           os.path.join(REPO, "playbooks", "preflight.yml"), "-e", "preflight_sample_seconds=1",
+                           "-e", "preflight_report_path=%s" % report, *args],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    rows = {row["host"]: row for row in json.loads(report.read_text())["hosts"]} if report.exists() else {}
+    return proc, rows
+
+
+def test_whole_fleet_names_the_throttled_and_the_unreachable_host(fleet, tmp_path):
+    proc, rows = preflight(fleet, tmp_path)
+    assert proc.returncode != 0
+    assert sorted(rows) == ["lab-01", "lab-02", "lab-03", "lab-04"]
+    assert rows["lab-01"]["verdict"] == "PASS"
+    assert rows["lab-02"]["verdict"] == "FAIL" and rows["lab-02"]["top_finding"].startswith("throttle_active: GPU")
+    assert "HW slowdown" in rows["lab-02"]["top_finding"]
+    assert rows["lab-03"]["verdict"] == "UNREACHABLE"
+    assert rows["lab-04"]["verdict"] == "WARN" and rows["lab-04"]["top_finding"].startswith("xid_app_fault")
+    table = proc.stdout[proc.stdout.index("HOST "):]
+    for host in rows:
+        assert "\n%s " % host in table
+    assert "lab-02: FAIL throttle_active" in proc.stdout and "lab-03: UNREACHABLE" in proc.stdout
+
+
+def test_limit_to_a_platform_group_still_prints_the_table(fleet, tmp_path):
+    proc, rows = preflight(fleet, tmp_path, "-l", "autodl")
+    assert sorted(rows) == sorted(fleet.groups["autodl"])
+    assert "VERDICT" in proc.stdout
+    assert proc.returncode != 0  # lab-02 is throttled
+
+
+def test_healthy_host_alone_passes_and_warn_fails_only_when_strict(fleet, tmp_path):
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-01")
+    assert proc.returncode == 0, proc.stdout
+    assert list(rows) == ["lab-01"]
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-04")
+    assert proc.returncode == 0 and rows["lab-04"]["verdict"] == "WARN"
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-04", "-e", "preflight_strict=true")
+    assert proc.returncode != 0
+
+
+def test_preflight_changes_nothing_on_the_boxes(fleet, tmp_path):
+    proc, _rows = preflight(fleet, tmp_path, "-l", "lab-01,lab-02")
+    recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
+    assert "changed=0" in recap and "changed=1" not in recap
