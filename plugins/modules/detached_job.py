@@ -1,0 +1,474 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: detached_job
+short_description: Start, stop or restart a long job that survives the SSH connection, under tmux or setsid nohup
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Runs a training job detached from the SSH session, in a tmux session named C(trainer-<name>), or under
+    C(setsid nohup) when tmux is not installed.
+  - >-
+    The job runs through a wrapper script C(<run_dir>/<name>/wrapper-<sha>.sh). A changed command or environment
+    gets a new wrapper file; a wrapper that may be running is never rewritten (bash reads a running script by
+    byte offset). The wrapper writes its PID and C(/proc) start time to C(job.pid) and C(job.starttime), appends
+    C(==== trainer: started <iso time> pid <pid> ====) to the log, sources O(env_files) in order, exports
+    C(PYTHONUNBUFFERED=1) and O(env), runs the command with stdout and stderr appended to the log, and writes
+    C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped.
+  - The job sees C(TRAINER_JOB_NAME), C(TRAINER_JOB_DIR) and C(TRAINER_ITEMS_DIR). A run wrapper that works through a
+    queue writes one C($TRAINER_ITEMS_DIR/<item>/status.json) per finished item, with the keys C(item),
+    C(exit_code), C(started) and C(finished), for M(remote_gpu.trainer.job_status) to count.
+  - The job is identified by its PID file and the start time stored next to it (so a reused PID is not mistaken
+    for the job), or by its tmux session before the PID file exists. Never by a name pattern.
+  - Idempotent. A running job is reported and not started twice.
+  - Refuses to start when the filesystem of the run directory or of the log is full or out of inodes.
+  - On-box layout, shared with M(remote_gpu.trainer.job_status)
+    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, status.json,
+    items/<item>/status.json}).
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: Check mode reports whether the job would be started or stopped and changes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  name:
+    description:
+      - Name of the job. Letters, digits, C(_), C(.) and C(-) only.
+      - Names the job directory C(<run_dir>/<name>) and the tmux session C(trainer-<name>).
+    type: str
+    required: true
+  command:
+    description:
+      - What to run. A string is run by C(bash -c), so pipes, C(&&) and variables work.
+      - A list is run as an argument vector, each element quoted.
+      - Required when O(state) is V(started) or V(restarted).
+    type: raw
+  chdir:
+    description: Directory to change into before running the command. It must exist.
+    type: path
+  run_dir:
+    description: Where the job directories (PID file, status, wrapper) live. C(~) is the remote user's home.
+    type: str
+    default: ~/.trainer/jobs
+  log_path:
+    description: The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+    type: path
+  env_files:
+    description:
+      - Files sourced in this order before the command, for example a proxy hook or a conda activation script.
+      - A missing file fails the task, naming it.
+    type: list
+    elements: path
+    default: []
+  env:
+    description: Extra environment variables exported before the command (after O(env_files)).
+    type: dict
+    default: {}
+  detach:
+    description:
+      - How to detach. V(auto) uses tmux when it is installed, else V(nohup) (C(setsid -f nohup)).
+    type: str
+    choices: [auto, tmux, nohup]
+    default: auto
+  state:
+    description:
+      - V(started) starts the job unless it is running or has finished with exit code 0 (its C(status.json) says
+        so), so re-running a launch playbook never repeats a finished run. A job that failed or vanished is started
+        again.
+      - V(stopped) sends SIGTERM to the job's process group, waits O(stop_timeout) seconds, then sends SIGKILL.
+      - V(restarted) stops the job if it is running, then starts it.
+    type: str
+    choices: [started, stopped, restarted]
+    default: started
+  stop_timeout:
+    description: Seconds between SIGTERM and SIGKILL when stopping.
+    type: int
+    default: 30
+notes:
+  - Only the recorded PID's process group is signalled, never processes found by name.
+  - With systemd-logind C(KillUserProcesses=yes), processes of an SSH session are killed at logout even under
+    tmux or setsid; enable lingering (C(loginctl enable-linger)) for the user on such hosts.
+  - The disk check refuses a start at 99% or more bytes or inodes used (the C(bytes_high) and
+    C(inodes_exhausted) codes of M(remote_gpu.trainer.inode_check)).
+"""
+
+EXAMPLES = r"""
+- name: Start training detached, with the platform's proxy hook
+  remote_gpu.trainer.detached_job:
+    name: abl-lr3e4
+    command: python -m src.train -c configs/lr3e4.yaml
+    chdir: /root/project
+    run_dir: /root/autodl-tmp/jobs
+    env_files: [/etc/network_turbo]
+    env:
+      OMP_NUM_THREADS: "12"
+  register: job
+
+- name: Stop it (SIGTERM to its process group, SIGKILL after 60 s)
+  remote_gpu.trainer.detached_job:
+    name: abl-lr3e4
+    run_dir: /root/autodl-tmp/jobs
+    state: stopped
+    stop_timeout: 60
+"""
+
+RETURN = r"""
+pid:
+  description: PID of the job's wrapper (its process-group leader); null when it is not running.
+  type: int
+  returned: always
+  sample: 48213
+running:
+  description: Whether the job is running after this call.
+  type: bool
+  returned: always
+  sample: true
+started:
+  description: Whether this call started the job (in check mode, whether it would).
+  type: bool
+  returned: always
+  sample: true
+detach:
+  description: How the job is (or would be) detached, V(tmux) or V(nohup); null when not known.
+  type: str
+  returned: always
+  sample: tmux
+log_path:
+  description: The job's log file.
+  type: str
+  returned: always
+  sample: /root/.trainer/jobs/abl-lr3e4/job.log
+run_dir:
+  description: The run directory, with C(~) expanded.
+  type: str
+  returned: always
+  sample: /root/.trainer/jobs
+wrapper:
+  description: The wrapper script that runs (or would run) the job; null when unknown.
+  type: str
+  returned: always
+  sample: /root/.trainer/jobs/abl-lr3e4/wrapper-3f2a9c1d0b7e.sh
+msg:
+  description: What was done, in words.
+  type: str
+  returned: always
+  sample: started abl-lr3e4 under tmux, pid 48213
+"""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
+
+DISK_REFUSE_PCT = 99
+PID_WAIT_SECONDS = 10
+POLL_SECONDS = 0.1
+KILL_WAIT_SECONDS = 10
+
+
+class JobError(Exception):
+    """A problem reported with fail_json."""
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            command=dict(type="raw"),
+            chdir=dict(type="path"),
+            run_dir=dict(type="str", default="~/.trainer/jobs"),
+            log_path=dict(type="path"),
+            env_files=dict(type="list", elements="path", default=[]),
+            env=dict(type="dict", default={}),
+            detach=dict(type="str", choices=["auto", "tmux", "nohup"], default="auto"),
+            state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
+            stop_timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def read_meta(paths):
+    text = jobs.read_text(paths["meta_file"])
+    try:
+        meta = json.loads(text) if text else {}
+    except ValueError:
+        meta = {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def tmux_has_session(module, tmux, name):
+    if not tmux:
+        return False
+    rc, _out, _err = module.run_command([tmux, "has-session", "-t", "=" + jobs.tmux_session(name)])
+    return rc == 0
+
+
+def current(module, paths, name):
+    """(pid or None, running) of the job as recorded on the box."""
+    pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
+    if pid is not None:
+        starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
+        running = procfs.is_same_process(pid, starttime)
+        return (pid if running else None), running
+    # Before the wrapper has written its PID file, its tmux session is the only evidence.
+    return None, tmux_has_session(module, module.get_bin_path("tmux"), name)
+
+
+def validate(module):
+    params = module.params
+    if not jobs.valid_name(params["name"]):
+        raise JobError("name %r may contain only letters, digits, '_', '.' and '-'" % params["name"])
+    if params["stop_timeout"] < 0:
+        raise JobError("stop_timeout must be 0 or more seconds, got %d" % params["stop_timeout"])
+    if params["state"] == "stopped":
+        return
+    command = params["command"]
+    if isinstance(command, list):
+        if not command or not all(isinstance(arg, (str, int, float)) for arg in command):
+            raise JobError("command must be a non-empty string or a list of strings")
+    elif not isinstance(command, str) or not command.strip():
+        raise JobError("command is required with state=%s: a string (run by bash -c) or a list" % params["state"])
+    for env_file in params["env_files"]:
+        if not os.path.isfile(env_file):
+            raise JobError("env file %s does not exist: create it or remove it from env_files" % env_file)
+    if params["chdir"] and not os.path.isdir(params["chdir"]):
+        raise JobError("chdir %s is not a directory" % params["chdir"])
+    for key in params["env"]:
+        if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+            raise JobError("env key %r is not a valid shell variable name" % key)
+
+
+def choose_detach(module):
+    wanted = module.params["detach"]
+    tmux = module.get_bin_path("tmux")
+    if wanted == "tmux" and not tmux:
+        raise JobError("detach=tmux but tmux is not installed: install it or use detach=nohup (or auto)")
+    if wanted == "tmux" or (wanted == "auto" and tmux):
+        return "tmux"
+    for tool in ("setsid", "nohup", "bash"):
+        if not module.get_bin_path(tool):
+            raise JobError("detach=nohup needs %s, which is not on PATH" % tool)
+    return "nohup"
+
+
+def check_disks(paths):
+    """Refuse to start on a full or inode-exhausted filesystem (job directory or log)."""
+    problems = []
+    seen = set()
+    for path in (paths["job_dir"], os.path.dirname(paths["log_path"])):
+        probe = nearest_existing(path)
+        try:
+            st = os.statvfs(probe)
+        except OSError as exc:
+            raise JobError("cannot read filesystem statistics of %s: %s" % (probe, exc.strerror))
+        if st.f_fsid in seen and st.f_fsid:
+            continue
+        seen.add(st.f_fsid)
+        usage = diskusage.usage_from_statvfs(probe, st)
+        problems.extend(f for f in diskusage.threshold_findings(usage, DISK_REFUSE_PCT, DISK_REFUSE_PCT)
+                        if f["level"] == "FAIL")
+    if problems:
+        raise JobError("refusing to start: %s. %s" % (
+            "; ".join("%s: %s" % (f["code"], f["message"]) for f in problems), problems[0]["action"]))
+
+
+def write_atomic(path, text, mode=0o600):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+
+
+def prepare(module, paths):
+    """Write the wrapper (a new versioned file, never over an existing one) -> its path."""
+    params = module.params
+    text = jobs.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
+                             params["env"])
+    wrapper = os.path.join(paths["job_dir"], jobs.wrapper_name(text))
+    if not module.check_mode:
+        os.makedirs(paths["job_dir"], mode=0o700, exist_ok=True)
+        log_dir = os.path.dirname(paths["log_path"])
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+        if not os.path.exists(wrapper):
+            write_atomic(wrapper, text, 0o700)
+    return wrapper
+
+
+def launch(module, paths, wrapper, detach):
+    """Start the wrapper detached; wait for its PID file -> pid."""
+    name = module.params["name"]
+    for stale in (paths["pid_file"], paths["starttime_file"]):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    oom_path, oom = procfs.read_oom_kills()
+    meta = {"name": name, "detach": detach, "wrapper": wrapper, "log_path": paths["log_path"],
+            "launched_epoch": time.time(), "oom_kill_at_launch": oom.get("oom_kill"), "oom_events_path": oom_path}
+    write_atomic(paths["meta_file"], json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    bash = module.get_bin_path("bash", required=True)
+    if detach == "tmux":
+        tmux = module.get_bin_path("tmux", required=True)
+        # One shell-command string: tmux before 3.0 joins several arguments without quoting them.
+        shell_command = "exec %s %s" % (shlex.quote(bash), shlex.quote(wrapper))
+        rc, _out, err = module.run_command([tmux, "new-session", "-d", "-s", jobs.tmux_session(name),
+                                            "-c", paths["job_dir"], shell_command])
+        if rc != 0:
+            raise JobError("tmux new-session failed (rc %d): %s. If a stale session %s is left over, close it "
+                           "(tmux kill-session -t %s) or use detach=nohup"
+                           % (rc, err.strip(), jobs.tmux_session(name), jobs.tmux_session(name)))
+    else:
+        argv = [module.get_bin_path("setsid", required=True), "-f", module.get_bin_path("nohup", required=True),
+                bash, wrapper]
+        try:
+            proc = subprocess.run(argv, cwd=paths["job_dir"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise JobError("setsid -f nohup failed: %s" % exc)
+        if proc.returncode != 0:
+            raise JobError("setsid -f nohup failed (rc %d): %s" % (
+                proc.returncode, proc.stderr.decode("utf-8", "replace").strip()))
+    deadline = time.time() + PID_WAIT_SECONDS
+    while time.time() < deadline:
+        pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
+        if pid is not None:
+            return pid
+        time.sleep(POLL_SECONDS)
+    raise JobError("the job was launched under %s but wrote no PID file to %s within %d s; see %s"
+                   % (detach, paths["pid_file"], PID_WAIT_SECONDS, paths["log_path"]))
+
+
+def alive_in_group(pid, starttime, group):
+    if procfs.is_same_process(pid, starttime):
+        return True
+    return bool(group and procfs.group_members(pid, procfs.all_stats()))
+
+
+def signal_job(pid, group, sig):
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop(module, paths, pid):
+    """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped."""
+    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
+    stat = procfs.read_stat(pid)
+    group = stat is not None and stat["pgrp"] == pid
+    try:
+        signal_job(pid, group, signal.SIGTERM)
+        deadline = time.time() + module.params["stop_timeout"]
+        while time.time() < deadline and alive_in_group(pid, starttime, group):
+            time.sleep(POLL_SECONDS)
+        if alive_in_group(pid, starttime, group):
+            signal_job(pid, group, signal.SIGKILL)
+            deadline = time.time() + KILL_WAIT_SECONDS
+            while time.time() < deadline and alive_in_group(pid, starttime, group):
+                time.sleep(POLL_SECONDS)
+    except PermissionError as exc:
+        raise JobError("not allowed to signal pid %d: %s" % (pid, exc.strerror))
+    return not alive_in_group(pid, starttime, group)
+
+
+def stop_tmux_session(module):
+    tmux = module.get_bin_path("tmux")
+    if tmux_has_session(module, tmux, module.params["name"]):
+        module.run_command([tmux, "kill-session", "-t", "=" + jobs.tmux_session(module.params["name"])])
+
+
+def run(module, result):
+    params = module.params
+    validate(module)
+    run_dir = os.path.abspath(os.path.expanduser(params["run_dir"]))
+    paths = jobs.job_paths(run_dir, params["name"], params["log_path"])
+    result.update(run_dir=run_dir, log_path=paths["log_path"])
+    meta = read_meta(paths)
+    result["detach"] = meta.get("detach")
+    result["wrapper"] = meta.get("wrapper")
+    pid, running = current(module, paths, params["name"])
+    result.update(pid=pid, running=running)
+    state = params["state"]
+    name = params["name"]
+
+    if state in ("stopped", "restarted") and running:
+        result["changed"] = True
+        if module.check_mode:
+            result["msg"] = "would stop %s (pid %s)" % (name, pid)
+        else:
+            if pid is not None and not stop(module, paths, pid):
+                raise JobError("job %s (pid %s) survived SIGTERM and SIGKILL" % (name, pid))
+            stop_tmux_session(module)
+            result.update(pid=None, running=False, msg="stopped %s (pid %s)" % (name, pid))
+        running = False
+    if state == "stopped":
+        if not result["changed"]:
+            result["msg"] = "%s is not running" % name
+        return
+    if running:
+        result["msg"] = "%s is already running (pid %s)" % (name, pid)
+        return
+    final = jobs.parse_status(jobs.read_text(paths["status_file"]))
+    if state == "started" and final is not None and final["exit_code"] == 0:
+        result["msg"] = ("%s already finished with exit code 0 at %s; use state=restarted to run it again"
+                         % (name, final["finished"]))
+        return
+
+    detach = choose_detach(module)
+    check_disks(paths)
+    result["wrapper"] = prepare(module, paths)
+    result.update(detach=detach, changed=True, started=True)
+    if module.check_mode:
+        result["msg"] = "would start %s under %s" % (name, detach)
+        return
+    new_pid = launch(module, paths, result["wrapper"], detach)
+    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
+    result["running"] = procfs.is_same_process(new_pid, starttime)
+    result["pid"] = new_pid if result["running"] else None
+    ended = "" if result["running"] else " (it has already ended; see %s)" % paths["status_file"]
+    result["msg"] = "started %s under %s, pid %s%s" % (name, detach, new_pid, ended)
+
+
+def main():
+    module = build_module()
+    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    result = dict(changed=False, pid=None, running=False, started=False, detach=None,
+                  log_path=module.params["log_path"], run_dir=module.params["run_dir"], wrapper=None, msg="")
+    try:
+        run(module, result)
+    except JobError as exc:
+        result["msg"] = str(exc)
+        module.fail_json(**result)
+    except OSError as exc:
+        result["msg"] = "%s: %s" % (getattr(exc, "filename", None) or "I/O error", exc.strerror or exc)
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,424 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: job_status
+short_description: One read-only probe per host of detached jobs, their logs, disks, inodes, GPUs and OOM kills
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Reports, for each job started by M(remote_gpu.trainer.detached_job), whether it is alive, how many queue items
+    are done, its last exit code, its progress, crash markers since its latest (re)start, how long its log has been
+    silent, the last lines of its log and, when it is gone, the likely reason.
+  - A job is alive when the PID in C(<run_dir>/<name>/job.pid) exists with the start time recorded in
+    C(job.starttime), or, before that file exists, when its tmux session C(trainer-<name>) exists. It is never
+    identified by a name pattern, so the probe cannot mistake itself for the job.
+  - >-
+    Queue items are counted from C(<run_dir>/<name>/items/<item>/status.json), one file per finished item,
+    written by the run wrapper as C({"item": "007", "exit_code": 0, "started": "<iso>", "finished": "<iso>"}).
+    An item is done when its C(exit_code) is 0. The job's own final status is C(<run_dir>/<name>/status.json).
+  - >-
+    Crash markers are whole words or lines (a C(Traceback), C(CUDA out of memory), C(CUDA error), a bare
+    C(Killed) line or a shell's C(<pid> Killed) message, NCCL errors and warnings, segmentation faults), counted
+    only after the latest C(==== trainer: started ... ====) line. A metric named C(val_error) is not a crash.
+  - Also reports bytes and inodes of O(paths), GPU utilisation and memory (one C(nvidia-smi) call under a
+    timeout, with O(gpu)), and the cgroup's OOM kill counter.
+  - Read-only. It never changes anything on the host.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads, so check mode runs it as usual.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  name:
+    description: One job to report on. Use O(jobs) for several.
+    type: str
+  log_path:
+    description: The log of the job named by O(name), when it is not the one recorded at launch.
+    type: path
+  queue_length:
+    description: Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
+    type: int
+    default: 0
+  jobs:
+    description: The jobs to report on.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: Job name, as given to M(remote_gpu.trainer.detached_job).
+        type: str
+        required: true
+      log_path:
+        description: The job's log, when it is not the one recorded at launch.
+        type: path
+      queue_length:
+        description: Number of queue items the job should finish; C(0) does not grade completion.
+        type: int
+        default: 0
+  run_dir:
+    description: The run directory the jobs were started in. C(~) is the remote user's home.
+    type: str
+    default: ~/.trainer/jobs
+  progress_regex:
+    description:
+      - Python regular expression for a progress line; the last match after the latest start is reported.
+      - It runs in multi-line mode over blocks of the log; a match that spans two lines is ignored.
+      - Named groups C(value) and C(total) (and C(unit)) are returned as numbers when present.
+      - The default matches C(epoch 3), C(Epoch 3/10), C(Epoch [3/10]), C(step 1200) and C(step=1200).
+    type: str
+    default: '(?i)\b(?P<unit>epoch|step)\b[ \t]*[=:]?[ \t]*[\[(]?[ \t]*(?P<value>\d+)(?:[ \t]*/[ \t]*(?P<total>\d+))?'
+  stale_minutes:
+    description:
+      - A live job whose log has not been written for longer than this raises C(log_stale) (WARN).
+      - WARN, not FAIL, because a long evaluation or checkpoint write is silent too; a dead job is reported by
+        C(job_gone_incomplete) instead.
+    type: int
+    default: 30
+  tail_lines:
+    description: How many of the last log lines to return.
+    type: int
+    default: 20
+  paths:
+    description: Data disk and durable storage paths whose bytes and inodes are reported, with thresholds.
+    type: list
+    elements: path
+    default: []
+  warn_pct:
+    description: Percent used (bytes or inodes) of O(paths) at which a WARN finding is raised.
+    type: int
+    default: 85
+  fail_pct:
+    description: Percent used of O(paths) at which a FAIL finding is raised.
+    type: int
+    default: 95
+  gpu:
+    description:
+      - Query GPU utilisation and memory with one C(nvidia-smi --query-gpu) call.
+      - Without nvidia-smi, RV(gpus) is null and an INFO finding says so; that is never a failure.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds nvidia-smi may run.
+    type: int
+    default: 15
+  cgroup_root:
+    description: Where the cgroup filesystem is mounted (for the C(oom_kill) counter).
+    type: path
+    default: /sys/fs/cgroup
+  fail_on:
+    description: The level at which the task fails. V(never) only reports.
+    type: str
+    choices: [FAIL, WARN, never]
+    default: FAIL
+"""
+
+EXAMPLES = r"""
+- name: Patrol tick
+  remote_gpu.trainer.job_status:
+    jobs:
+      - name: ablations
+        queue_length: 24
+    run_dir: /root/autodl-tmp/jobs
+    paths: [/root/autodl-tmp, /root/autodl-fs]
+    gpu: true
+    fail_on: never
+  register: patrol
+
+- name: One line per host
+  ansible.builtin.debug:
+    msg: "{{ patrol.status }} {{ patrol.jobs | map(attribute='name') | zip(patrol.jobs | map(attribute='alive')) }}"
+"""
+
+RETURN = r"""
+status:
+  description: The worst level among the findings; C(INFO) counts as C(PASS).
+  type: str
+  returned: always
+  sample: FAIL
+jobs:
+  description: One entry per job, in the order given.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - name: ablations
+      alive: false
+      pid: null
+      items_done: 17
+      items_failed: 1
+      items_total: 24
+      last_exit_code: null
+      progress: {text: "Epoch 3/20", unit: epoch, value: 3, total: 20, line_no: 5120}
+      crash_markers: [{line_no: 5133, kind: traceback, text: "Traceback (most recent call last):"}]
+      crash_marker_count: 1
+      last_start: "2026-07-03T22:11:09Z"
+      log_path: /root/autodl-tmp/jobs/ablations/job.log
+      log_age_seconds: 2710
+      tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
+      vanished_reason: unknown
+      oom_kills_since_launch: 0
+paths:
+  description: Bytes and inodes of each of O(paths), as M(remote_gpu.trainer.inode_check) reports them.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {path: /root/autodl-fs, exists: true, bytes_pct: 34, inodes_pct: 91, inodes_free: 18000}
+gpus:
+  description: Per-GPU utilisation and memory; null when O(gpu) is false or nvidia-smi is unavailable.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {index: 0, utilization_pct: 97, memory_used_mib: 70211, memory_total_mib: 81559}
+oom_kills:
+  description: The cgroup's memory event counters (C(oom_kill) included) and the file they came from.
+  type: dict
+  returned: always
+  sample: {path: /sys/fs/cgroup/memory.events, counters: {oom: 1, oom_kill: 1}}
+findings:
+  description: Problems found, each with a level, a stable code, a message with the evidence and an action.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - level: FAIL
+      code: job_gone_incomplete
+      job: ablations
+      message: "ablations is not running at 17/24 items (no final status, likely cause: unknown)"
+      action: Read the tail of the log, classify the failure, then restart the remaining items.
+"""
+
+import json
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
+
+GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str"),
+            log_path=dict(type="path"),
+            queue_length=dict(type="int", default=0),
+            jobs=dict(type="list", elements="dict", options=dict(
+                name=dict(type="str", required=True),
+                log_path=dict(type="path"),
+                queue_length=dict(type="int", default=0),
+            )),
+            run_dir=dict(type="str", default="~/.trainer/jobs"),
+            progress_regex=dict(type="str", default=jobs.DEFAULT_PROGRESS_RE),
+            stale_minutes=dict(type="int", default=30),
+            tail_lines=dict(type="int", default=20),
+            paths=dict(type="list", elements="path", default=[]),
+            warn_pct=dict(type="int", default=85),
+            fail_pct=dict(type="int", default=95),
+            gpu=dict(type="bool", default=False),
+            timeout=dict(type="int", default=15),
+            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
+            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
+        ),
+        mutually_exclusive=[("name", "jobs")],
+        required_one_of=[("name", "jobs")],
+        supports_check_mode=True,
+    )
+
+
+def validate(params):
+    """-> (job list, compiled progress regex); raises ValueError with what to fix."""
+    job_list = params["jobs"] or [{"name": params["name"], "log_path": params["log_path"],
+                                   "queue_length": params["queue_length"]}]
+    for job in job_list:
+        if not jobs.valid_name(job["name"]):
+            raise ValueError("job name %r may contain only letters, digits, '_', '.' and '-'" % job["name"])
+        if job["queue_length"] < 0:
+            raise ValueError("queue_length of %s must be 0 or more" % job["name"])
+    for key in ("stale_minutes", "tail_lines", "timeout"):
+        if params[key] < 0:
+            raise ValueError("%s must be 0 or more, got %d" % (key, params[key]))
+    if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
+        raise ValueError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
+                         % (params["warn_pct"], params["fail_pct"]))
+    try:
+        regex = jobs.compile_progress(params["progress_regex"])
+    except re.error as exc:
+        raise ValueError("progress_regex is not a valid regular expression (%s): fix the pattern" % exc)
+    return job_list, regex
+
+
+def read_meta(path):
+    try:
+        meta = json.loads(jobs.read_text(path) or "{}")
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def scan_log_file(path, regex, tail_lines):
+    """(scan result, mtime) of a log, or (None, None) when it cannot be read."""
+    try:
+        with open(path, "r", errors="replace") as handle:
+            scan = jobs.scan_log(jobs.read_blocks(handle), regex, tail_lines)
+        return scan, os.stat(path).st_mtime
+    except (IOError, OSError):
+        return None, None
+
+
+def tmux_has_session(module, name):
+    tmux = module.get_bin_path("tmux")
+    if not tmux:
+        return False
+    rc, _out, _err = module.run_command([tmux, "has-session", "-t", "=" + jobs.tmux_session(name)])
+    return rc == 0
+
+
+def report_job(module, spec, regex, oom, now, boot_epoch):
+    params = module.params
+    paths = jobs.job_paths(os.path.abspath(os.path.expanduser(params["run_dir"])), spec["name"])
+    meta = read_meta(paths["meta_file"])
+    log_path = spec["log_path"] or meta.get("log_path") or paths["log_path"]
+    pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
+    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
+    if pid is not None:
+        alive = procfs.is_same_process(pid, starttime)
+    else:  # launched under tmux, before the wrapper wrote its PID file
+        alive = tmux_has_session(module, spec["name"])
+    # The wrapper deletes status.json before it writes its PID, so a status file always belongs to the latest run.
+    final = jobs.parse_status(jobs.read_text(paths["status_file"]))
+    items = jobs.item_statuses(paths["items_dir"])
+    scan, mtime = scan_log_file(log_path, regex, params["tail_lines"])
+    scan = scan or jobs.scan_log([], regex, 0)
+    # The rise of the oom_kill counter of the cgroup the job was launched in (recorded at launch); None when that
+    # file is gone or was never known, so an OOM is never inferred without it.
+    delta = None
+    if isinstance(meta.get("oom_kill_at_launch"), int):
+        if meta.get("oom_events_path") == oom["path"]:
+            counters = oom["counters"]
+        else:
+            counters = procfs.read_counters(meta.get("oom_events_path"))
+        if counters and "oom_kill" in counters:
+            delta = max(0, counters["oom_kill"] - meta["oom_kill_at_launch"])
+    last_exit = final["exit_code"] if final else None
+    job = {
+        "name": spec["name"],
+        "job_dir": paths["job_dir"],
+        "exists": os.path.isdir(paths["job_dir"]),
+        "alive": alive,
+        "pid": pid if alive else None,
+        "detach": meta.get("detach"),
+        "items_done": sum(1 for item in items if item["exit_code"] == 0),
+        "items_failed": sum(1 for item in items if item["exit_code"] not in (0, None)),
+        "items_total": spec["queue_length"],
+        "last_exit_code": last_exit,
+        "final_status": final,
+        "progress": scan["progress"],
+        "crash_markers": scan["crash_markers"],
+        "crash_marker_count": scan["crash_marker_count"],
+        "last_start": scan["last_start"],
+        "log_path": log_path,
+        "log_exists": mtime is not None,
+        "log_age_seconds": int(max(0, now - mtime)) if mtime is not None else None,
+        "tail": scan["tail"],
+        "oom_kills_since_launch": delta,
+        "vanished_reason": None,
+    }
+    if not alive and job["exists"]:
+        job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta, meta.get("launched_epoch"),
+                                                      boot_epoch)
+    return job
+
+
+def query_gpus(module, timeout):
+    """(gpus or None, findings)."""
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        return None, [finding("INFO", "gpu_unavailable", "nvidia-smi is not installed or not on PATH",
+                              "Nothing to do on a CPU-only box; otherwise check the driver.")]
+    rc, out, err = procfs.run_with_timeout([smi] + GPU_QUERY, timeout)
+    if rc is None:
+        return None, [finding("WARN", "gpu_query_timeout", "nvidia-smi did not answer within %d s" % timeout,
+                              "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
+    if rc != 0:
+        detail = (err.strip() or out.strip() or "no output").splitlines()[-1]
+        return None, [finding("WARN", "gpu_query_failed", "nvidia-smi exited %d: %s" % (rc, detail),
+                              "Run remote_gpu.trainer.gpu_health to classify the driver error.")]
+    return jobs.parse_gpu_query(out), []
+
+
+def usage_of(path):
+    try:
+        return diskusage.usage_from_statvfs(path, os.statvfs(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return diskusage.missing_usage(path)
+
+
+def run(module):
+    params = module.params
+    job_list, regex = validate(params)
+    now = time.time()
+    uptime = procfs.read_uptime()
+    boot_epoch = now - uptime if uptime is not None else None
+    oom_path, counters = procfs.read_oom_kills(root=params["cgroup_root"])
+    oom = {"path": oom_path, "counters": counters}
+    findings, reports = [], []
+    for spec in job_list:
+        job = report_job(module, spec, regex, oom, now, boot_epoch)
+        findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60))
+        reports.append(job)
+    usages = []
+    for path in params["paths"]:
+        try:
+            usage = usage_of(path)
+        except OSError as exc:
+            usage = diskusage.missing_usage(path)
+            findings.append(finding("WARN", "path_unreadable", "cannot statvfs %s: %s" % (path, exc.strerror),
+                                    "Check the mount.", path=path))
+        else:
+            findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+        usages.append(usage)
+    gpus = None
+    if params["gpu"]:
+        gpus, gpu_findings = query_gpus(module, params["timeout"])
+        findings.extend(gpu_findings)
+    return {"status": worst(findings), "jobs": reports, "paths": usages, "gpus": gpus, "oom_kills": oom,
+            "findings": findings}
+
+
+def main():
+    module = build_module()
+    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    empty = {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
+             "findings": []}
+    try:
+        result = run(module)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), changed=False, **empty)
+    if at_or_above(result["status"], module.params["fail_on"]):
+        worst_finding = next(f for f in result["findings"] if f["level"] == result["status"])
+        module.fail_json(msg="%s: %s" % (worst_finding["code"], worst_finding["message"]), changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

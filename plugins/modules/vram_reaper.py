@@ -1,0 +1,355 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vram_reaper
+short_description: Find, and with force kill, processes that hold NVIDIA devices but are invisible to nvidia-smi
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - After a crashed distributed run, processes can keep CUDA contexts (and VRAM) while C(nvidia-smi) does not list
+    them, so the next job runs out of memory on an "empty" GPU.
+  - Finds every process with a device matching O(device_glob) open, by reading C(/proc/*/fd) itself (no C(fuser)
+    or C(lsof)), and subtracts the PIDs that C(nvidia-smi --query-compute-apps) lists.
+  - A holder is a candidate only when it is not listed, is at least O(min_age) seconds old, and is not PID 1, this
+    module or one of its parents, in O(exclude_pids), owned by one of O(exclude_users), one of O(exclude_commands),
+    or inside the process tree of O(protect_pids) or O(protect_pid_files).
+  - Inside a container nvidia-smi lists host PIDs, or none, so "not listed" proves nothing there. When a PID it
+    lists does not hold a device in this PID namespace, when it lists nothing inside what looks like a container,
+    or when it cannot be run, the result is C(unverified=true) and nothing is killed, even with O(force), unless
+    O(allow_unverified) is also true.
+  - Dry run unless O(force=true). Check mode never kills.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: Check mode reports the candidates and kills nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  force:
+    description: Kill the candidates. Without it the module only reports them.
+    type: bool
+    default: false
+  allow_unverified:
+    description:
+      - Also kill when visibility cannot be verified (see the description). Only for a box where you know that
+        no live job holds the GPU outside the protected trees.
+    type: bool
+    default: false
+  min_age:
+    description: Seconds a holder must have lived to be a candidate; a new process may be warming up its context.
+    type: int
+    default: 120
+  exclude_pids:
+    description: PIDs that are never candidates.
+    type: list
+    elements: int
+    default: []
+  exclude_users:
+    description: Users whose processes are never candidates.
+    type: list
+    elements: str
+    default: []
+  exclude_commands:
+    description:
+      - Command names (C(comm) or the base name of C(argv[0])) that are never candidates.
+      - The default lists daemons that hold the devices by design and are never compute apps.
+    type: list
+    elements: str
+    default: [nvidia-persistenced, nv-hostengine, nvidia-smi, dcgm-exporter, Xorg, Xwayland, gnome-shell]
+  protect_pids:
+    description: PIDs of running jobs; they and every process below them are never candidates.
+    type: list
+    elements: int
+    default: []
+  protect_pid_files:
+    description:
+      - PID files of running jobs, for example C(<run_dir>/<name>/job.pid) of M(remote_gpu.trainer.detached_job).
+        They and every process below them are never candidates. A missing or unreadable file fails the task.
+    type: list
+    elements: path
+    default: []
+  signal:
+    description: The first signal to send. V(TERM) is followed by C(KILL) after O(kill_grace) seconds.
+    type: str
+    choices: [TERM, KILL]
+    default: TERM
+  kill_grace:
+    description: Seconds between SIGTERM and SIGKILL.
+    type: int
+    default: 10
+  device_glob:
+    description: Glob of the device paths to look for in C(/proc/*/fd).
+    type: str
+    default: /dev/nvidia*
+  timeout:
+    description: Seconds nvidia-smi may run.
+    type: int
+    default: 15
+notes:
+  - Run as root to see the open files of other users' processes; PIDs whose files cannot be read are listed in
+    RV(unreadable_pids).
+"""
+
+EXAMPLES = r"""
+- name: List zombie VRAM holders, protecting the running job
+  remote_gpu.trainer.vram_reaper:
+    protect_pid_files: [/root/autodl-tmp/jobs/ablations/job.pid]
+  register: reaper
+
+- name: Kill them
+  remote_gpu.trainer.vram_reaper:
+    protect_pid_files: [/root/autodl-tmp/jobs/ablations/job.pid]
+    force: true
+"""
+
+RETURN = r"""
+candidates:
+  description: Holders that are not listed by nvidia-smi, old enough, and not excluded or protected.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {pid: 4123, user: root, cmdline: "python -m torch.distributed.run ...", age: 5400, reason: invisible_to_nvidia_smi,
+       devices: [/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm]}
+skipped:
+  description: The other holders, each with the reason it is not a candidate (C(visible), C(young), C(protected),
+    C(excluded_pid), C(excluded_user), C(excluded_command), C(pid_1), C(self)).
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {pid: 3877, user: root, cmdline: "python train.py", age: 7200, reason: protected, devices: [/dev/nvidia0]}
+killed:
+  description: PIDs that were signalled and are gone.
+  type: list
+  elements: int
+  returned: always
+  sample: [4123]
+kill_errors:
+  description: Candidates that could not be killed, with the reason.
+  type: list
+  elements: dict
+  returned: always
+  sample: []
+unverified:
+  description: True when nvidia-smi's view cannot be matched to this PID namespace; nothing is killed then.
+  type: bool
+  returned: always
+  sample: false
+unverified_reason:
+  description: Why visibility could not be verified; null when it could.
+  type: str
+  returned: always
+  sample: null
+visible_pids:
+  description: PIDs nvidia-smi lists as compute apps.
+  type: list
+  elements: int
+  returned: always
+  sample: [3877]
+unreadable_pids:
+  description: PIDs whose open files could not be read (other users' processes when not root).
+  type: list
+  elements: int
+  returned: always
+  sample: []
+msg:
+  description: What was found and done, in words.
+  type: str
+  returned: always
+  sample: 1 candidate(s); dry run, nothing killed (force is false)
+"""
+
+import os
+import signal as signals
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs, procfs
+
+POLL_SECONDS = 0.1
+
+
+class ReaperError(Exception):
+    """A problem reported with fail_json."""
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            force=dict(type="bool", default=False),
+            allow_unverified=dict(type="bool", default=False),
+            min_age=dict(type="int", default=120),
+            exclude_pids=dict(type="list", elements="int", default=[]),
+            exclude_users=dict(type="list", elements="str", default=[]),
+            exclude_commands=dict(type="list", elements="str", default=list(procfs.DEFAULT_EXCLUDE_COMMANDS)),
+            protect_pids=dict(type="list", elements="int", default=[]),
+            protect_pid_files=dict(type="list", elements="path", default=[]),
+            signal=dict(type="str", choices=["TERM", "KILL"], default="TERM"),
+            kill_grace=dict(type="int", default=10),
+            device_glob=dict(type="str", default="/dev/nvidia*"),
+            timeout=dict(type="int", default=15),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def protected_roots(params):
+    roots = set(params["protect_pids"])
+    for path in params["protect_pid_files"]:
+        pid = jobs.parse_int_file(jobs.read_text(path))
+        if pid is None:
+            raise ReaperError("protect_pid_files: %s is missing or holds no PID; fix the path or drop it" % path)
+        roots.add(pid)
+    return roots
+
+
+def guarded_pids(stats, roots):
+    """{pid: reason} of processes that are never candidates."""
+    guarded = {}
+    for root in roots:
+        for pid in procfs.descendants(root, stats):
+            guarded[pid] = "protected"
+    me = os.getpid()
+    for pid in [me] + procfs.ancestors(me, stats):
+        guarded[pid] = "self"
+    guarded[1] = "pid_1"
+    return guarded
+
+
+def ask_nvidia_smi(module, timeout):
+    """(listed rows, error text or None)."""
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        return [], "nvidia-smi is not installed"
+    rc, out, err = procfs.run_with_timeout([smi] + procfs.COMPUTE_APPS_QUERY, timeout)
+    if rc is None:
+        return [], "nvidia-smi timed out after %d s" % timeout
+    if rc != 0:
+        return [], "nvidia-smi exited %d: %s" % (rc, (err.strip() or out.strip() or "no output").splitlines()[-1])
+    return procfs.parse_compute_apps(out), None
+
+
+def describe(holders, stats):
+    uptime = procfs.read_uptime()
+    hz = procfs.clock_ticks()
+    info = {}
+    for pid, devices in holders.items():
+        stat = stats.get(pid) or procfs.read_stat(pid)
+        if stat is None:
+            continue  # gone meanwhile
+        info[pid] = {
+            "user": procfs.user_name(procfs.read_uid(pid)),
+            "comm": stat["comm"],
+            "cmdline": procfs.read_cmdline(pid),
+            "age": procfs.age_seconds(stat["starttime"], uptime, hz),
+            "starttime": stat["starttime"],
+            "devices": devices,
+        }
+    return info
+
+
+def kill_candidates(candidates, info, first_signal, grace):
+    """Signal each candidate (re-checking its start time against PID reuse) -> (killed, errors)."""
+    sent, errors = [], []
+    for row in candidates:
+        pid = row["pid"]
+        if not procfs.is_same_process(pid, info[pid]["starttime"]):
+            continue  # already gone
+        try:
+            os.kill(pid, first_signal)
+            sent.append(pid)
+        except ProcessLookupError:
+            continue
+        except PermissionError as exc:
+            errors.append({"pid": pid, "error": exc.strerror})
+    deadline = time.time() + (grace if first_signal == signals.SIGTERM else 2)
+    while time.time() < deadline and any(procfs.is_same_process(pid, info[pid]["starttime"]) for pid in sent):
+        time.sleep(POLL_SECONDS)
+    for pid in sent:
+        if procfs.is_same_process(pid, info[pid]["starttime"]):
+            try:
+                os.kill(pid, signals.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.time() + 5
+    while time.time() < deadline and any(procfs.is_same_process(pid, info[pid]["starttime"]) for pid in sent):
+        time.sleep(POLL_SECONDS)
+    killed = [pid for pid in sent if not procfs.is_same_process(pid, info[pid]["starttime"])]
+    errors.extend({"pid": pid, "error": "still alive after SIGKILL (uninterruptible sleep in the driver?)"}
+                  for pid in sent if pid not in killed)
+    return killed, errors
+
+
+def run(module, result):
+    params = module.params
+    for key in ("min_age", "kill_grace", "timeout"):
+        if params[key] < 0:
+            raise ReaperError("%s must be 0 or more, got %d" % (key, params[key]))
+    roots = protected_roots(params)
+    holders, unreadable = procfs.holders(params["device_glob"])
+    result["unreadable_pids"] = unreadable
+    listed, smi_error = ask_nvidia_smi(module, params["timeout"])
+    visible = sorted({row["pid"] for row in listed})
+    result["visible_pids"] = visible
+    unverified, reason = procfs.visibility(set(visible), set(holders), smi_error, procfs.container_hints())
+    result.update(unverified=unverified, unverified_reason=reason)
+    stats = procfs.all_stats()
+    info = describe(holders, stats)
+    candidates, skipped = procfs.classify_holders(
+        info, set(visible), guarded_pids(stats, roots), set(params["exclude_pids"]), set(params["exclude_users"]),
+        set(params["exclude_commands"]), params["min_age"])
+    result.update(candidates=candidates, skipped=skipped)
+    summary = "%d device holder(s), %d candidate(s)" % (len(info), len(candidates))
+    if unverified:
+        summary += "; visibility unverified: %s" % reason
+    if not candidates:
+        result["msg"] = summary + "; nothing to kill"
+        return
+    if not params["force"]:
+        result["msg"] = summary + "; dry run, nothing killed (force is false)"
+        return
+    if unverified and not params["allow_unverified"]:
+        result["msg"] = summary + "; nothing killed (set allow_unverified only if no live job can be among them)"
+        return
+    if module.check_mode:
+        result["msg"] = summary + "; check mode, nothing killed"
+        return
+    first = signals.SIGKILL if params["signal"] == "KILL" else signals.SIGTERM
+    result["killed"], result["kill_errors"] = kill_candidates(candidates, info, first, params["kill_grace"])
+    result["changed"] = bool(result["killed"])
+    result["msg"] = summary + "; killed %s" % (", ".join(str(pid) for pid in result["killed"]) or "none")
+
+
+def main():
+    module = build_module()
+    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    result = dict(changed=False, candidates=[], skipped=[], killed=[], kill_errors=[], unverified=False,
+                  unverified_reason=None, visible_pids=[], unreadable_pids=[], msg="")
+    try:
+        run(module, result)
+    except ReaperError as exc:
+        result["msg"] = str(exc)
+        module.fail_json(**result)
+    if result["kill_errors"]:
+        result["msg"] += "; could not kill %d candidate(s)" % len(result["kill_errors"])
+        module.fail_json(**result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

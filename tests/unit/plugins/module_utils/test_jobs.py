@@ -1,0 +1,208 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs
+
+REGEX = jobs.compile_progress(None)
+
+
+def scan(text, tail=20):
+    return jobs.scan_log(text.splitlines(True), REGEX, tail)
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("Traceback (most recent call last):", "traceback"),
+    ("[rank1]: Traceback (most recent call last):", "traceback"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda_error"),
+    ("Killed", "killed"),
+    ("run.sh: line 12: 48213 Killed                  python train.py", "killed"),
+    ("node1:123:456 [0] NCCL WARN Call to connect returned Connection refused", "nccl"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275", "nccl"),
+    ("ncclInternalError: Internal check failed.", "nccl"),
+    ("Segmentation fault (core dumped)", "segfault"),
+])
+def test_crash_markers(line, kind):
+    assert jobs.crash_kind(line) == kind
+
+
+def test_steps_and_global_step_are_not_progress_words():
+    assert jobs.progress_of("warmup_steps 500", REGEX, 1) is None
+    assert jobs.progress_of("global_step=10", REGEX, 1) is None
+
+
+@pytest.mark.parametrize("line", [
+    "epoch 3 val_error=0.3 train_loss=0.12",
+    "error_rate: 0.05",
+    "val_error_rate 0.02 step 300",
+    "Killed 3 stale workers and restarted them",
+    "no errors so far",
+    "loading nccl_config.yaml",
+])
+def test_metrics_and_ordinary_words_are_not_crashes(line):
+    assert jobs.crash_kind(line) is None
+
+
+@pytest.mark.parametrize("line,unit,value,total", [
+    ("epoch 3", "epoch", 3, None),
+    ("Epoch 3/10 loss 0.2", "epoch", 3, 10),
+    ("step 1200", "step", 1200, None),
+    ("train: step=1200 loss=0.1", "step", 1200, None),
+    ("Epoch: 7 / 20", "epoch", 7, 20),
+    ("Epoch [3/10] loss=0.5", "epoch", 3, 10),
+    ("Step (100/500)", "step", 100, 500),
+])
+def test_default_progress(line, unit, value, total):
+    reading = jobs.progress_of(line, REGEX, 4)
+    assert (reading["unit"], reading["value"], reading["total"], reading["line_no"]) == (unit, value, total, 4)
+
+
+def test_custom_progress_regex():
+    regex = jobs.compile_progress(r"it (?P<value>\d+) of (?P<total>\d+)")
+    assert jobs.progress_of("it 5 of 9", regex, 1)["value"] == 5
+    assert jobs.progress_of("nothing", regex, 1) is None
+    with pytest.raises(Exception):
+        jobs.compile_progress("(unclosed")
+
+
+def test_scan_counts_only_after_the_latest_start():
+    log = (
+        "==== trainer: started 2026-07-03T10:00:00Z pid 100 ====\n"
+        "epoch 1\n"
+        "Traceback (most recent call last):\n"
+        "RuntimeError: boom\n"
+        "==== trainer: finished 2026-07-03T10:05:00Z exit 1 ====\n"
+        "==== trainer: started 2026-07-03T11:00:00Z pid 200 ====\n"
+        "epoch 1 val_error=0.3\n"
+        "Epoch 2/5\n"
+    )
+    result = scan(log, tail=2)
+    assert result["starts"] == 2 and result["last_start"] == "2026-07-03T11:00:00Z" and result["last_start_line"] == 6
+    assert result["crash_markers"] == [] and result["crash_marker_count"] == 0
+    assert result["progress"]["value"] == 2 and result["progress"]["total"] == 5 and result["progress"]["line_no"] == 8
+    assert result["tail"] == ["epoch 1 val_error=0.3", "Epoch 2/5"]
+    assert result["lines"] == 8
+
+
+def test_scan_in_small_blocks_keeps_line_numbers_and_the_latest_start(tmp_path):
+    log = tmp_path / "job.log"
+    lines = ["==== trainer: started 2026-07-03T10:00:00Z pid 1 ====", "Traceback (most recent call last):"]
+    lines += ["epoch %d loss=0.1" % i for i in range(1, 200)]
+    lines += ["==== trainer: started 2026-07-03T11:00:00Z pid 2 ====", "Epoch 7/9 step 40", "noise " * 50,
+              "NCCL WARN Call to connect returned Connection refused", "tqdm 10%\rtqdm 20%"]
+    log.write_bytes(("\n".join(lines)).encode())  # no newline at the end, a bare CR from a progress bar
+    with open(str(log), errors="replace") as handle:
+        result = jobs.scan_log(jobs.read_blocks(handle, size=64), REGEX, tail_lines=3)
+    assert result["starts"] == 2 and result["last_start_line"] == 202
+    assert [(m["line_no"], m["kind"]) for m in result["crash_markers"]] == [(205, "nccl")]
+    assert result["progress"]["text"] == "Epoch 7/9" and result["progress"]["line_no"] == 203
+    assert result["lines"] == 207  # the CR splits the last line in two (universal newlines)
+    assert result["tail"] == ["NCCL WARN Call to connect returned Connection refused", "tqdm 10%", "tqdm 20%"]
+
+
+def test_progress_is_found_far_back_and_never_before_the_start():
+    lines = ["==== trainer: started 2026-07-03T11:00:00Z pid 2 ====", "epoch 4"] + ["x" * 100] * 5000
+    assert scan("\n".join(lines) + "\n")["progress"]["line_no"] == 2
+    before = ["epoch 9", "==== trainer: started 2026-07-03T11:00:00Z pid 2 ====", "warming up"]
+    assert scan("\n".join(before) + "\n")["progress"] is None
+
+
+def test_scan_reports_markers_with_line_numbers():
+    result = scan("epoch 1\nTraceback (most recent call last):\n  File x\nValueError\n")
+    assert result["crash_markers"] == [{"line_no": 2, "kind": "traceback", "text": "Traceback (most recent call last):"}]
+    assert result["starts"] == 0
+
+
+def test_scan_caps_markers_but_counts_all():
+    result = scan("Killed\n" * 50)
+    assert len(result["crash_markers"]) == jobs.MAX_MARKERS and result["crash_marker_count"] == 50
+
+
+def test_vanished_reason_never_guesses_oom():
+    assert jobs.vanished_reason(137, [], 1, None, None) == "oom_kill"
+    assert jobs.vanished_reason(None, ["epoch 3", "Killed"], 2, None, None) == "oom_kill"
+    assert jobs.vanished_reason(137, [], 0, None, None) == "killed"
+    assert jobs.vanished_reason(None, ["Killed"], None, None, None) == "killed"
+    assert jobs.vanished_reason(None, ["epoch 3"], 0, 1000.0, 2000.0) == "reboot"
+    assert jobs.vanished_reason(None, ["epoch 3"], 0, 3000.0, 2000.0) == "unknown"
+    assert jobs.vanished_reason(None, ["epoch 3"], None, None, None) == "unknown"
+    assert jobs.vanished_reason(0, [], None, None, None) == "finished"
+    assert jobs.vanished_reason(143, [], None, None, None) == "stopped"
+    assert jobs.vanished_reason(1, [], 0, None, None) == "exited_nonzero"
+
+
+def test_layout_and_wrapper_versioning():
+    paths = jobs.job_paths("/r", "abl-1")
+    assert paths["pid_file"] == "/r/abl-1/job.pid" and paths["log_path"] == "/r/abl-1/job.log"
+    assert paths["status_file"] == "/r/abl-1/status.json" and paths["items_dir"] == "/r/abl-1/items"
+    assert jobs.job_paths("/r", "x", "/logs/x.log")["log_path"] == "/logs/x.log"
+    one = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
+    again = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
+    other = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "2"})
+    assert jobs.wrapper_name(one) == jobs.wrapper_name(again) != jobs.wrapper_name(other)
+    assert jobs.wrapper_name(one).startswith("wrapper-") and jobs.wrapper_name(one).endswith(".sh")
+    assert "export PYTHONUNBUFFERED=1" in one and "bash -c 'python train.py'" in one
+    assert jobs.command_line(["python", "a b.py", "--x=$HOME"]) == "python 'a b.py' '--x=$HOME'"
+    assert jobs.tmux_session("abl-1") == "trainer-abl-1"
+    assert jobs.valid_name("abl-1.v2_x") and not jobs.valid_name("a/b") and not jobs.valid_name("..")
+
+
+def test_status_and_pid_files():
+    status = jobs.parse_status(json.dumps({"item": "007", "exit_code": 0, "started": "a", "finished": "b"}))
+    assert status == {"item": "007", "exit_code": 0, "started": "a", "finished": "b"}
+    assert jobs.parse_status("{not json") is None
+    assert jobs.parse_status(None) is None
+    assert jobs.parse_status('{"exit_code": "0"}')["exit_code"] is None
+    assert jobs.parse_int_file("4242\n") == 4242
+    assert jobs.parse_int_file("") is None and jobs.parse_int_file(None) is None
+
+
+def test_item_statuses(tmp_path):
+    for item, code in (("001", 0), ("002", 0), ("003", 1)):
+        (tmp_path / item).mkdir()
+        (tmp_path / item / "status.json").write_text(json.dumps({"exit_code": code}))
+    (tmp_path / "004").mkdir()  # in progress: no status yet
+    found = jobs.item_statuses(str(tmp_path))
+    assert [(s["item"], s["exit_code"]) for s in found] == [("001", 0), ("002", 0), ("003", 1)]
+    assert jobs.item_statuses(str(tmp_path / "absent")) == []
+
+
+def test_gpu_query_and_memory_events():
+    gpus = jobs.parse_gpu_query("0, 97, 70211, 81559\n1, [N/A], 10, 81559\n")
+    assert gpus[0] == {"index": 0, "utilization_pct": 97, "memory_used_mib": 70211, "memory_total_mib": 81559}
+    assert gpus[1]["utilization_pct"] is None
+    assert jobs.parse_memory_events("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")["oom_kill"] == 1
+
+
+def base_job(**changes):
+    job = {"name": "abl", "job_dir": "/r/abl", "exists": True, "alive": True, "crash_markers": [],
+           "crash_marker_count": 0, "items_total": 0, "items_done": 0, "last_exit_code": None,
+           "vanished_reason": None, "log_age_seconds": 10, "log_path": "/r/abl/job.log",
+           "oom_kills_since_launch": 0}
+    job.update(changes)
+    return job
+
+
+def codes(found):
+    return [(f["code"], f["level"]) for f in found]
+
+
+def test_job_findings():
+    assert codes(jobs.job_findings(base_job(), 1800)) == []
+    assert codes(jobs.job_findings(base_job(log_age_seconds=4000), 1800)) == [("log_stale", "WARN")]
+    assert codes(jobs.job_findings(base_job(exists=False), 1800)) == [("job_missing", "FAIL")]
+    crashed = base_job(crash_markers=[{"line_no": 3, "kind": "traceback", "text": "Traceback"}], crash_marker_count=1)
+    assert codes(jobs.job_findings(crashed, 1800)) == [("job_crashed", "FAIL")]
+    gone = base_job(alive=False, items_total=10, items_done=4, vanished_reason="unknown")
+    found = jobs.job_findings(gone, 1800)
+    assert codes(found) == [("job_gone_incomplete", "FAIL")] and "4/10" in found[0]["message"]
+    done = base_job(alive=False, items_total=2, items_done=2, last_exit_code=0, log_age_seconds=99999)
+    assert codes(jobs.job_findings(done, 1800)) == [("job_finished", "INFO")]
+    assert codes(jobs.job_findings(base_job(alive=False, last_exit_code=0, items_total=3, items_done=2), 1800)) == [
+        ("job_gone_incomplete", "FAIL")]
+    assert codes(jobs.job_findings(base_job(oom_kills_since_launch=2), 1800)) == [("oom_killed", "WARN")]
+    oom_gone = base_job(alive=False, last_exit_code=137, oom_kills_since_launch=1, vanished_reason="oom_kill")
+    assert codes(jobs.job_findings(oom_gone, 1800)) == [("job_gone_incomplete", "FAIL"), ("oom_killed", "FAIL")]

@@ -1,0 +1,210 @@
+"""vram_reaper against real processes holding a fake device file, and a fake nvidia-smi printing real-format CSV."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
+from ansible_collections.remote_gpu.trainer.plugins.modules import vram_reaper
+
+COMPUTE_APPS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "compute-apps")
+H200_LOAD = "query-compute-apps__nvidia-h200__590.48.01__linux-x86_64.load.csv"
+
+
+def real_rows():
+    """(pid, used MiB, process name) of a real capture (H200 under gpu-burn + memhog)."""
+    rows = procfs.parse_compute_apps(open(os.path.join(COMPUTE_APPS, H200_LOAD)).read())
+    return [(row["pid"], row["used_memory_mib"], row["process_name"]) for row in rows]
+
+
+def smi_lines(pids):
+    """Our query's format (``pid, used_memory, process_name``, noheader, nounits), DERIVED from the real H200
+    capture: its memory and process names, with the PIDs replaced by ``pids`` (None keeps the captured PID)."""
+    lines = []
+    for pid, (real_pid, memory, name) in zip(pids, real_rows()):
+        lines.append("%d, %d, %s" % (real_pid if pid is None else pid, memory, name))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+class Box:
+    """A fake /dev/nvidia0 in tmp, a fake nvidia-smi on PATH, and real holder processes killed afterwards."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        self.dev = tmp_path / "dev"
+        self.dev.mkdir()
+        (self.dev / "nvidia0").write_text("")
+        (self.dev / "nvidiactl").write_text("")
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        self.procs = []
+        monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
+        self.smi("")
+
+    def smi(self, output):
+        (self.bin / "out.csv").write_text(output)
+        script = self.bin / "nvidia-smi"
+        script.write_text("#!/bin/bash\ncat %s\n" % (self.bin / "out.csv"))
+        script.chmod(0o755)
+
+    def holder(self, parent=False):
+        """A real process holding the fake devices open (under a bash parent with ``parent``)."""
+        hold = 'exec 3<"$0" 4<"$1"; exec sleep 600'
+        if parent:
+            argv = ["bash", "-c", 'bash -c \'%s\' "$0" "$1" & wait' % hold, str(self.dev / "nvidia0"),
+                    str(self.dev / "nvidiactl")]
+        else:
+            argv = ["bash", "-c", hold, str(self.dev / "nvidia0"), str(self.dev / "nvidiactl")]
+        proc = subprocess.Popen(argv)
+        self.procs.append(proc)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            found, _unreadable = procfs.holders(str(self.dev / "nvidia*"))
+            pids = [pid for pid in found if pid == proc.pid or procfs.read_stat(pid)["ppid"] == proc.pid]
+            if pids:
+                return proc, pids[0]
+            time.sleep(0.05)
+        raise AssertionError("holder did not open the device")
+
+    def args(self, **extra):
+        args = {"device_glob": str(self.dev / "nvidia*"), "min_age": 0, "kill_grace": 2}
+        args.update(extra)
+        return args
+
+    def cleanup(self):
+        """Kill every started process and its children, by PID (children first collected, then killed)."""
+        stats = procfs.all_stats()
+        below = [pid for proc in self.procs for pid in procfs.descendants(proc.pid, stats) if pid != proc.pid]
+        for pid in below:
+            if procfs.pid_exists(pid):
+                os.kill(pid, 9)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def box(tmp_path, monkeypatch):
+    fake = Box(tmp_path, monkeypatch)
+    yield fake
+    fake.cleanup()
+
+
+def by_pid(rows):
+    return {row["pid"]: row for row in rows}
+
+
+def test_orphan_is_killed_only_with_force(module_runner, box):
+    live, live_pid = box.holder()
+    orphan, orphan_pid = box.holder()
+    box.smi(smi_lines([live_pid]))  # nvidia-smi lists the live job, not the orphan
+
+    failed, result = module_runner(vram_reaper, box.args())
+    assert not failed and result["changed"] is False and result["killed"] == []
+    assert result["unverified"] is False and result["visible_pids"] == [live_pid]
+    assert [c["pid"] for c in result["candidates"]] == [orphan_pid]
+    candidate = result["candidates"][0]
+    assert candidate["reason"] == "invisible_to_nvidia_smi" and candidate["user"]
+    assert candidate["devices"] == sorted([str(box.dev / "nvidia0"), str(box.dev / "nvidiactl")])
+    assert "sleep 600" in candidate["cmdline"]
+    assert by_pid(result["skipped"])[live_pid]["reason"] == "visible"
+    assert orphan.poll() is None
+
+    failed, result = module_runner(vram_reaper, box.args(force=True, _ansible_check_mode=True))
+    assert not failed and result["killed"] == [] and result["changed"] is False and orphan.poll() is None
+
+    failed, result = module_runner(vram_reaper, box.args(force=True))
+    assert not failed and result["killed"] == [orphan_pid] and result["changed"] is True
+    assert orphan.wait(timeout=10) is not None
+    assert live.poll() is None  # the listed process is never touched
+
+
+def test_young_and_excluded_holders_are_not_candidates(module_runner, box):
+    live, live_pid = box.holder()
+    _orphan, orphan_pid = box.holder()
+    box.smi(smi_lines([live_pid]))
+    failed, result = module_runner(vram_reaper, box.args(min_age=3600, force=True))
+    assert not failed and result["candidates"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "young"
+    failed, result = module_runner(vram_reaper, box.args(exclude_pids=[orphan_pid], force=True))
+    assert not failed and result["killed"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "excluded_pid"
+    failed, result = module_runner(vram_reaper, box.args(exclude_users=["root"], force=True))
+    assert not failed and result["killed"] == []
+    failed, result = module_runner(vram_reaper, box.args(exclude_commands=["sleep"], force=True))
+    assert not failed and result["killed"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "excluded_command"
+    assert live.poll() is None
+
+
+def test_protected_tree_is_never_killed(module_runner, box, tmp_path):
+    live, live_pid = box.holder()
+    job, job_child = box.holder(parent=True)  # the job's wrapper is a bash; its child holds the device
+    assert job_child != job.pid
+    box.smi(smi_lines([live_pid]))
+    pid_file = tmp_path / "job.pid"
+    pid_file.write_text("%d\n" % job.pid)
+    for protect in ({"protect_pids": [job.pid]}, {"protect_pid_files": [str(pid_file)]}):
+        failed, result = module_runner(vram_reaper, box.args(force=True, **protect))
+        assert not failed and result["killed"] == [], result
+        assert by_pid(result["skipped"])[job_child]["reason"] == "protected"
+    assert procfs.pid_exists(job_child) and job.poll() is None
+    failed, result = module_runner(vram_reaper, box.args(protect_pid_files=[str(tmp_path / "gone.pid")]))
+    assert failed and "gone.pid" in result["msg"]
+
+
+def test_container_view_is_unverified_and_nothing_is_killed_even_with_force(module_runner, box):
+    orphan, orphan_pid = box.holder()
+    box.smi(smi_lines([None, None, None]))  # the real capture's host PIDs: none holds a device here
+    failed, result = module_runner(vram_reaper, box.args(force=True))
+    assert not failed and result["unverified"] is True and "10291" in result["unverified_reason"]
+    assert [c["pid"] for c in result["candidates"]] == [orphan_pid]
+    assert result["killed"] == [] and result["changed"] is False and orphan.poll() is None
+    failed, result = module_runner(vram_reaper, box.args(force=True, allow_unverified=True))
+    assert not failed and result["killed"] == [orphan_pid]
+
+
+def test_nothing_listed_inside_a_container_is_unverified(module_runner, box, monkeypatch):
+    # The seed's bug: in a container nvidia-smi lists no process, so the live job looked like a zombie.
+    job, job_pid = box.holder()
+    box.smi("")
+    monkeypatch.setattr(procfs, "container_hints", lambda: ["/.dockerenv"])
+    failed, result = module_runner(vram_reaper, box.args(force=True))
+    assert not failed and result["unverified"] is True and "container" in result["unverified_reason"]
+    assert [c["pid"] for c in result["candidates"]] == [job_pid]
+    assert result["killed"] == [] and job.poll() is None
+
+
+def test_nothing_listed_on_bare_metal_is_the_zombie_case(module_runner, box, monkeypatch):
+    zombie, zombie_pid = box.holder()
+    box.smi("")
+    monkeypatch.setattr(procfs, "container_hints", lambda: [])
+    failed, result = module_runner(vram_reaper, box.args(force=True, signal="KILL"))
+    assert not failed and result["unverified"] is False and result["killed"] == [zombie_pid]
+    assert zombie.wait(timeout=10) is not None
+
+
+def test_nvidia_smi_missing_means_unverified(module_runner, box, monkeypatch):
+    orphan, _orphan_pid = box.holder()
+    (box.bin / "nvidia-smi").unlink()
+    monkeypatch.setenv("PATH", str(box.bin))
+    failed, result = module_runner(vram_reaper, box.args(force=True))
+    assert not failed and result["unverified"] is True and "not installed" in result["unverified_reason"]
+    assert result["killed"] == [] and orphan.poll() is None
+
+
+def test_self_and_parents_are_guarded(module_runner, box):
+    box.smi("")
+    handle = open(str(box.dev / "nvidia0"))  # this very process (the module runs in it) holds the device
+    try:
+        failed, result = module_runner(vram_reaper, box.args(force=True, allow_unverified=True))
+        assert not failed and result["killed"] == []
+        assert by_pid(result["skipped"])[os.getpid()]["reason"] == "self"
+    finally:
+        handle.close()
+
+
+def test_bad_numbers_fail_cleanly(module_runner, box):
+    failed, result = module_runner(vram_reaper, box.args(min_age=-1))
+    assert failed and "min_age" in result["msg"] and result["killed"] == []
