@@ -19,9 +19,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
-
-C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
 
 
 def write_json_atomic(path, data):

@@ -15,8 +15,6 @@ from __future__ import annotations
 import fnmatch
 import os
 import pwd
-import subprocess
-import threading
 
 PROC = "/proc"
 
@@ -291,37 +289,6 @@ def read_oom_kills(proc=PROC, root="/sys/fs/cgroup"):
         if values and "oom_kill" in values:
             return path, values
     return None, {}
-
-
-C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
-
-
-def run_with_timeout(argv, timeout, grace=5):
-    """Run ``argv`` (a list) in the C locale -> (rc, stdout, stderr); rc is None when it ran past ``timeout``.
-
-    ``module.run_command`` has no timeout. nvidia-smi stuck in the kernel can survive SIGKILL, so the call runs
-    in a daemon thread that is abandoned after a short grace instead of blocking the module forever.
-    """
-    env = dict(os.environ)
-    env.update(C_LOCALE)
-    box = {}
-
-    def target():
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env, timeout=timeout, check=False)
-            box["result"] = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                             proc.stderr.decode("utf-8", "replace"))
-        except subprocess.TimeoutExpired:
-            box["result"] = (None, "", "timed out after %ss" % timeout)
-        except OSError as exc:
-            box["result"] = (127, "", "%s: %s" % (argv[0], exc.strerror or exc))
-
-    worker = threading.Thread(target=target)
-    worker.daemon = True
-    worker.start()
-    worker.join(timeout + grace)
-    return box.get("result", (None, "", "timed out after %ss" % timeout))
 
 
 # --- GPU device holders (vram_reaper) -------------------------------------------------------------------------

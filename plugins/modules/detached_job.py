@@ -178,6 +178,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
 
@@ -456,7 +457,7 @@ def run(module, result):
 
 def main():
     module = build_module()
-    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    module.run_command_environ_update = dict(C_LOCALE)
     result = dict(changed=False, pid=None, running=False, started=False, detach=None,
                   log_path=module.params["log_path"], run_dir=module.params["run_dir"], wrapper=None, msg="")
     try:

@@ -123,15 +123,13 @@ proxy_hook:
 
 import json
 import os
-import subprocess
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import envaudit
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
-
-C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
 
 
 def read(path):
@@ -191,18 +189,13 @@ def gather_cgroup(root):
 
 
 def probe_torch(timeout):
-    env = dict(os.environ)
-    env.update(C_LOCALE)
-    try:
-        proc = subprocess.run([sys.executable, "-c", envaudit.TORCH_PROBE], capture_output=True, text=True,
-                              timeout=timeout, env=env, check=False)
-    except subprocess.TimeoutExpired:
+    rc, out, err = run_with_timeout([sys.executable, "-c", envaudit.TORCH_PROBE], timeout)
+    if rc is None:
         return {"torch": None, "error": "the torch import did not finish within %d s" % timeout}
-    lines = proc.stdout.strip().splitlines()
     try:
-        return json.loads(lines[-1])
+        return json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"torch": None, "error": "the torch probe exited %d: %s" % (proc.returncode, proc.stderr.strip()[-400:])}
+        return {"torch": None, "error": "the torch probe exited %d: %s" % (rc, err.strip()[-400:])}
 
 
 def audit(params):

@@ -225,11 +225,10 @@ samples:
 
 import os
 import re
-import subprocess
-import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
     driver_unavailable,
     evaluate,
@@ -246,7 +245,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi impo
 )
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
-C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
 SAMPLE_COUNT = 5
 KILL_GRACE_SECONDS = 2
 MAX_XID_EVENTS = 200
@@ -274,34 +272,11 @@ class Timeout(Exception):
 
 
 def run(argv, timeout):
-    """Run ``argv`` (a list) in the C locale with a timeout -> (rc, stdout, stderr). Raises Timeout.
-
-    ``module.run_command`` has no timeout, so this uses ``subprocess.run(timeout=...)``, which kills the command
-    when it runs too long. A process stuck in the kernel (nvidia-smi after some Xids) can survive SIGKILL and
-    would then block the wait forever, so the call runs in a daemon thread that is abandoned after a short grace.
-    """
-    env = dict(os.environ)
-    env.update(C_LOCALE)
-    box = {}
-
-    def target():
-        try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env, timeout=timeout, check=False)
-            box["result"] = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                             proc.stderr.decode("utf-8", "replace"))
-        except subprocess.TimeoutExpired:
-            box["timeout"] = True
-        except OSError as exc:
-            box["result"] = (127, "", "%s: %s" % (argv[0], exc.strerror or exc))
-
-    worker = threading.Thread(target=target)
-    worker.daemon = True
-    worker.start()
-    worker.join(timeout + KILL_GRACE_SECONDS)
-    if "result" not in box:
+    """Run ``argv`` under the C locale with a timeout -> (rc, stdout, stderr). Raises Timeout."""
+    rc, out, err = run_with_timeout(argv, timeout, grace=KILL_GRACE_SECONDS)
+    if rc is None:
         raise Timeout()
-    return box["result"]
+    return rc, out, err
 
 
 def find_nvidia_smi(module):

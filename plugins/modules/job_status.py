@@ -210,6 +210,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE, run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
 
@@ -355,7 +356,7 @@ def query_gpus(module, timeout):
     if not smi:
         return None, [finding("INFO", "gpu_unavailable", "nvidia-smi is not installed or not on PATH",
                               "Nothing to do on a CPU-only box; otherwise check the driver.")]
-    rc, out, err = procfs.run_with_timeout([smi] + GPU_QUERY, timeout)
+    rc, out, err = run_with_timeout([smi] + GPU_QUERY, timeout)
     if rc is None:
         return None, [finding("WARN", "gpu_query_timeout", "nvidia-smi did not answer within %d s" % timeout,
                               "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
@@ -407,7 +408,7 @@ def run(module):
 
 def main():
     module = build_module()
-    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    module.run_command_environ_update = dict(C_LOCALE)
     empty = {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
              "findings": []}
     try:

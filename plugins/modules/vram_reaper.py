@@ -179,6 +179,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE, run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs, procfs
 
 POLL_SECONDS = 0.1
@@ -236,7 +237,7 @@ def ask_nvidia_smi(module, timeout):
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
         return [], "nvidia-smi is not installed"
-    rc, out, err = procfs.run_with_timeout([smi] + procfs.COMPUTE_APPS_QUERY, timeout)
+    rc, out, err = run_with_timeout([smi] + procfs.COMPUTE_APPS_QUERY, timeout)
     if rc is None:
         return [], "nvidia-smi timed out after %d s" % timeout
     if rc != 0:
@@ -337,7 +338,7 @@ def run(module, result):
 
 def main():
     module = build_module()
-    module.run_command_environ_update = dict(procfs.C_LOCALE)
+    module.run_command_environ_update = dict(C_LOCALE)
     result = dict(changed=False, candidates=[], skipped=[], killed=[], kill_errors=[], unverified=False,
                   unverified_reason=None, visible_pids=[], unreadable_pids=[], msg="")
     try:
