@@ -68,7 +68,8 @@ def test_preflight_fails_a_throttled_box_and_names_the_evidence(local_inventory,
     assert proc.returncode != 0
     assert host["verdict"] == "FAIL"
     assert host["top_finding"].startswith("throttle_active")
-    assert "localhost: FAIL throttle_active" in proc.stdout
+    fatal = proc.stdout[proc.stdout.index("fatal: [localhost]"):]
+    assert "throttle_active: GPU" in fatal.split("\n\n")[0]
 
 
 def break_profile(root, edit):

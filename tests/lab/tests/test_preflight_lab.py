@@ -48,7 +48,11 @@ def test_whole_fleet_names_the_throttled_and_the_unreachable_host(fleet, tmp_pat
     table = proc.stdout[proc.stdout.index("HOST "):]
     for host in rows:
         assert "\n%s " % host in table
-    assert "lab-02: FAIL throttle_active" in proc.stdout and "lab-03: UNREACHABLE" in proc.stdout
+    # each unfit host fails in the recap with its own top finding; the healthy ones do not
+    assert "fatal: [lab-02]: FAILED! =>" in proc.stdout and "fatal: [lab-03]: FAILED! =>" in proc.stdout
+    assert "fatal: [lab-01]" not in proc.stdout
+    recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
+    assert [line.split()[0] for line in recap.splitlines() if "failed=1" in line] == ["lab-02", "lab-03"]
 
 
 def test_limit_to_a_platform_group_still_prints_the_table(fleet, tmp_path):
