@@ -27,11 +27,11 @@ def capped_tmpfs(tmp_path):
 
 def run_inode_check(path):
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible"), "localhost", "-i", str(REPO / "inventories/local/hosts.yml"), "-o",
+        [str(VENV_BIN / "ansible"), "localhost", "-i", str(REPO / "inventories/local/hosts.yml"),
          "-m", "remote_gpu.trainer.inode_check", "-a", json.dumps({"paths": [str(path)], "fail_on": "never", "hf_cache": ""})],
         capture_output=True, text=True, check=False, env=ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="json"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # ad-hoc one-line output: "localhost | SUCCESS => {...}"
+    # ad-hoc output: "localhost | SUCCESS => {...}" (the result as JSON)
     return json.loads(proc.stdout.split(" => ", 1)[1])
 
 
