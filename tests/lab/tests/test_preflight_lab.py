@@ -76,3 +76,10 @@ def test_preflight_changes_nothing_on_the_boxes(fleet, tmp_path):
     proc, _rows = preflight(fleet, tmp_path, "-l", "lab-01,lab-02")
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
     assert "changed=0" in recap and "changed=1" not in recap
+
+
+def test_missing_interpreter_is_a_finding_not_a_crash(fleet, tmp_path):
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-01", "-e", "trainer_interpreter=/root/miniconda3/bin/nope")
+    assert proc.returncode != 0
+    assert rows["lab-01"]["verdict"] == "FAIL"
+    assert rows["lab-01"]["top_finding"].startswith("interpreter_missing: the profile interpreter /root/miniconda3/bin/nope")
