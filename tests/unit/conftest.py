@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -35,3 +37,22 @@ def is_root():
 @pytest.fixture
 def fixtures_dir():
     return FIXTURES
+
+
+@contextlib.contextmanager
+def mount_tmpfs(path, options):
+    """Mount a real tmpfs at ``path`` (for example ``size=1m,nr_inodes=20``); always unmount it afterwards."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.fixture
+def tmpfs():
+    """``with tmpfs(path, options) as fs:`` mounts a real, capped tmpfs; skips the test when not root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs with size= and nr_inodes= caps needs root")
+    return mount_tmpfs

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 
 import pytest
 
@@ -12,16 +10,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import fsbudget
 def statvfs(frsize=4096, blocks=1000, bavail=500, files=1000, favail=830):
     """A real os.statvfs_result with chosen numbers (bsize, frsize, blocks, bfree, bavail, files, ffree, favail, flag, namemax)."""
     return os.statvfs_result((frsize, frsize, blocks, bavail, bavail, files, favail, favail, 0, 255))
-
-
-@contextlib.contextmanager
-def tmpfs(path, options):
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
 
 
 @pytest.mark.parametrize("number, text", [(0, "0"), (830, "830"), (1200, "1 200"), (1234567, "1 234 567")])
@@ -76,7 +64,7 @@ def test_copy_needs_rounds_to_blocks_and_counts_dirs_and_temp_inode():
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount tmpfs")
-def test_real_tmpfs_inode_cap_is_seen(tmp_path):
+def test_real_tmpfs_inode_cap_is_seen(tmp_path, tmpfs):
     with tmpfs(tmp_path / "mnt", "size=1m,nr_inodes=20") as mnt:
         probe, st = fsbudget.fs_free(str(mnt / "sub" / "dir"))
         assert probe == str(mnt)

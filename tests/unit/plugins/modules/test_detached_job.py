@@ -17,7 +17,6 @@ import pytest
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 LONG = "for i in $(seq 1 600); do echo \"epoch $i\"; sleep 1; done"
 
 
@@ -333,16 +332,6 @@ def test_a_reused_pid_or_a_name_match_is_not_the_job(module_runner, run_dir):
         impostor.wait()
 
 
-@contextlib.contextmanager
-def tmpfs(path, options):
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
 def fill(directory, files, chunk=b"x" * 65536):
     """Write files until ENOSPC (bytes) or create empty ones until ENOSPC (inodes)."""
     for i in range(files):
@@ -361,8 +350,7 @@ def fill(directory, files, chunk=b"x" * 65536):
 
 
 @pytest.mark.root
-@needs_root
-def test_refuses_to_start_on_a_full_disk(module_runner, tmp_path, tmux_env):
+def test_refuses_to_start_on_a_full_disk(module_runner, tmp_path, tmux_env, tmpfs):
     with tmpfs(tmp_path / "full", "size=1m") as fs:
         fill(fs, 1)
         failed, result = start(module_runner, fs / "jobs", "f", "true", detach="nohup")
@@ -372,8 +360,7 @@ def test_refuses_to_start_on_a_full_disk(module_runner, tmp_path, tmux_env):
 
 
 @pytest.mark.root
-@needs_root
-def test_refuses_to_start_on_an_inode_exhausted_log_disk(module_runner, tmp_path, tmux_env):
+def test_refuses_to_start_on_an_inode_exhausted_log_disk(module_runner, tmp_path, tmux_env, tmpfs):
     with tmpfs(tmp_path / "inodes", "size=8m,nr_inodes=64") as fs:
         fill(fs, 100, chunk=b"")
         failed, result = start(module_runner, tmp_path / "jobs", "i", "true", detach="nohup",

@@ -1,26 +1,9 @@
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import subprocess
-
-import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.modules import inode_check
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs with nr_inodes= needs root")
-
-
-@contextlib.contextmanager
-def tmpfs(path, options):
-    """Mount a real tmpfs at ``path``; always unmount it afterwards."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def fill_inodes(directory, count):
@@ -79,8 +62,7 @@ def test_hf_cache_expands_home(module_runner, tmp_path, monkeypatch):
     assert result["hf_cache"]["bytes"] == 3
 
 
-@needs_root
-def test_inode_capped_tmpfs_reports_inodes_high_then_exhausted(module_runner, tmp_path):
+def test_inode_capped_tmpfs_reports_inodes_high_then_exhausted(module_runner, tmp_path, tmpfs):
     with tmpfs(tmp_path / "fs", "size=64m,nr_inodes=1000") as fs:
         data = fs / "eval_images"
         data.mkdir()
@@ -99,8 +81,7 @@ def test_inode_capped_tmpfs_reports_inodes_high_then_exhausted(module_runner, tm
         assert result["paths"][0]["inodes_free"] == 0
 
 
-@needs_root
-def test_budget_against_a_real_inode_cap(module_runner, tmp_path):
+def test_budget_against_a_real_inode_cap(module_runner, tmp_path, tmpfs):
     with tmpfs(tmp_path / "fs", "size=8m,nr_inodes=500") as fs:
         failed, result = module_runner(inode_check, {
             "paths": [str(fs)], "top": 0, "hf_cache": "", "fail_on": "never",
@@ -109,8 +90,7 @@ def test_budget_against_a_real_inode_cap(module_runner, tmp_path):
         assert result["status"] == "FAIL"
 
 
-@needs_root
-def test_hf_cache_symlinked_onto_another_filesystem(module_runner, tmp_path, monkeypatch):
+def test_hf_cache_symlinked_onto_another_filesystem(module_runner, tmp_path, monkeypatch, tmpfs):
     home = tmp_path / "home"
     (home / ".cache").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
