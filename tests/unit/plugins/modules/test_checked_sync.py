@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fsbudget
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
 from ansible_collections.remote_gpu.trainer.plugins.modules import checked_sync
 
 RETURN_KEYS = {"changed", "copied", "unchanged", "bytes_copied", "files", "dest", "free_bytes", "free_inodes", "msg"}
@@ -159,7 +160,7 @@ def test_negative_margin_is_refused(module_runner, src, tmp_path):
 def test_budget_shortfall_fails_before_writing(module_runner, src, tmp_path, monkeypatch):
     dest = tmp_path / "durable"
     tiny = os.statvfs_result((4096, 4096, 1000, 100, 100, 1000, 2, 2, 0, 255))
-    monkeypatch.setattr(checked_sync, "fs_free", lambda path: (path, tiny))
+    monkeypatch.setattr(sync, "fs_free", lambda path: (path, tiny))
     failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     assert failed
     # 3 new files + 2 new directories (dest, dest/ckpt) + the temporary file
@@ -174,7 +175,7 @@ def test_write_error_midway_removes_temp_and_keeps_old_copy(module_runner, src, 
     module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     (src / "ckpt" / "best.pt").write_bytes(b"N" * 7000)
     (src / "metrics.json").write_bytes(b'{"acc": 0.95}\n')
-    real = checked_sync.copy_hashing
+    real = sync.copy_hashing
 
     def quota_exceeded(path, out, planned):
         if path.endswith("metrics.json"):
@@ -182,7 +183,7 @@ def test_write_error_midway_removes_temp_and_keeps_old_copy(module_runner, src, 
             raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
         return real(path, out, planned)
 
-    monkeypatch.setattr(checked_sync, "copy_hashing", quota_exceeded)
+    monkeypatch.setattr(sync, "copy_hashing", quota_exceeded)
     failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     assert failed and "quota" in result["msg"].lower()
     assert "1 file(s) were copied and verified before the failure" in result["msg"]
@@ -196,7 +197,7 @@ def test_verify_mismatch_fails_and_keeps_old_copy(module_runner, src, tmp_path, 
     dest = tmp_path / "durable"
     module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     (src / "ckpt" / "best.pt").write_bytes(b"N" * 7000)
-    monkeypatch.setattr(checked_sync, "read_back", lambda path: "0" * 64)
+    monkeypatch.setattr(sync, "read_back", lambda path: "0" * 64)
     failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     assert failed and "verification failed" in result["msg"]
     assert result["changed"] is False and result["copied"] == []
@@ -206,14 +207,14 @@ def test_verify_mismatch_fails_and_keeps_old_copy(module_runner, src, tmp_path, 
 
 def test_source_changing_during_copy_fails(module_runner, src, tmp_path, monkeypatch):
     dest = tmp_path / "durable"
-    real = checked_sync.copy_hashing
+    real = sync.copy_hashing
 
     def writer_appends(path, out, planned):
         with open(path, "ab") as handle:
             handle.write(b"more")
         return real(path, out, planned)
 
-    monkeypatch.setattr(checked_sync, "copy_hashing", writer_appends)
+    monkeypatch.setattr(sync, "copy_hashing", writer_appends)
     failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     assert failed and "while it was copied" in result["msg"]
     assert temp_leftovers(dest) == [] and not (dest / "ckpt" / "best.pt").exists()
@@ -227,7 +228,7 @@ def test_permission_error_at_rename_removes_temp_and_keeps_old_copy(module_runne
     def denied(source, target):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), target)
 
-    monkeypatch.setattr(checked_sync.os, "replace", denied)
+    monkeypatch.setattr(sync.os, "replace", denied)
     failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
     assert failed and "Permission denied" in result["msg"]
     assert (dest / "metrics.json").read_bytes() == b'{"acc": 0.9}\n'
@@ -303,14 +304,14 @@ def test_disk_filling_up_midway_leaves_no_temp_and_reports_failure(module_runner
     (src / "big.bin").write_bytes(os.urandom(700 * 1024))
     with tmpfs(tmp_path / "durable", "size=1m,nr_inodes=64") as mnt:
         (mnt / "big.bin").write_bytes(b"old checkpoint")
-        real_check = checked_sync.check_budget
+        real_check = sync.check_budget
 
         def another_writer_fills_the_disk(*args, **kwargs):
             verdict = real_check(*args, **kwargs)  # the plan fits ...
             (mnt / "filler").write_bytes(b"\0" * (600 * 1024))  # ... then someone else writes 600 KiB
             return verdict
 
-        monkeypatch.setattr(checked_sync, "check_budget", another_writer_fills_the_disk)
+        monkeypatch.setattr(sync, "check_budget", another_writer_fills_the_disk)
         failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(mnt)})
         assert failed
         assert "No space left on device" in result["msg"]

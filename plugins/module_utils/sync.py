@@ -1,0 +1,326 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The core of checked_sync: atomic, verified copy to the durable tier, with a budget check first.
+
+Standard library only, no Ansible: the module ``remote_gpu.trainer.checked_sync`` is a thin wrapper around
+``sync()``, and launch ships this file (with fsbudget.py and manifest.py) to the box, where the run wrapper calls
+it as a command line::
+
+    PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.sync SRC DEST [--include GLOB]...
+        [--min-free-inodes N] [--reserve-bytes N] [--check]
+
+with ``PYTHONPATH`` set to the directory above ``ansible_collections``. It prints the module's result as one JSON
+object and exits 0 only when every selected file was copied (or was already identical) and verified.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import stat
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import (
+    check_budget,
+    copy_needs,
+    fmt_count,
+    free_bytes,
+    free_inodes,
+    fs_free,
+)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.manifest import sha256_file
+
+CHUNK_SIZE = 1024 * 1024
+
+
+class SyncError(Exception):
+    """A failure that ends the sync; the message says what and what to do."""
+
+
+def select_files(src, include):
+    """``[(rel, abs_path, stat_result)]`` of the files to consider, sorted by relative path."""
+    if os.path.isfile(src):
+        candidates = [(os.path.basename(src), src)]
+    elif os.path.isdir(src):
+        candidates = []
+        for current, dirs, names in os.walk(src):
+            dirs.sort()
+            rel_dir = os.path.relpath(current, src)
+            for name in names:
+                full = os.path.join(current, name)
+                if os.path.isfile(full):
+                    rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+                    candidates.append((rel.replace(os.sep, "/"), full))
+    else:
+        raise SyncError("src %s does not exist or is not a file or directory" % src)
+    selected = []
+    for rel, full in sorted(candidates):
+        if include and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in include):
+            continue
+        selected.append((rel, full, os.stat(full)))
+    return selected
+
+
+def dest_path(dest, rel):
+    return os.path.join(dest, *rel.split("/"))
+
+
+def plan(selected, dest):
+    """Split the files into ``to_copy`` and ``same`` (dicts with rel, src, dest, stat, sha256)."""
+    to_copy, same = [], []
+    for rel, full, st in selected:
+        target = dest_path(dest, rel)
+        item = {"rel": rel, "src": full, "dest": target, "stat": st, "sha256": None, "exists": False}
+        if os.path.lexists(target):
+            if os.path.isdir(target):
+                raise SyncError("%s is a directory in dest; cannot copy %s over it" % (target, rel))
+            item["exists"] = True
+            if os.path.getsize(target) == st.st_size:
+                src_hash = sha256_file(full)[0]
+                item["sha256"] = src_hash
+                if sha256_file(target)[0] == src_hash:
+                    same.append(item)
+                    continue
+        to_copy.append(item)
+    return to_copy, same
+
+
+def missing_dirs(dest, items):
+    """Directories that must be created (dest, its missing parents, sub-directories), parents first."""
+    needed = set()
+    for item in items:
+        current = os.path.dirname(item["dest"])
+        while not os.path.isdir(current):
+            if os.path.lexists(current):
+                raise SyncError("%s exists and is not a directory; cannot create it" % current)
+            needed.add(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    if not os.path.isdir(dest) and os.path.lexists(dest):
+        raise SyncError("dest %s exists and is not a directory" % dest)
+    return sorted(needed, key=lambda path: (path.count(os.sep), path))
+
+
+def fsync_dir(path):
+    """Flush a directory's entries; filesystems that cannot fsync a directory are tolerated."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def make_dirs(dirs):
+    for path in dirs:
+        os.mkdir(path)
+        fsync_dir(os.path.dirname(path))
+
+
+def copy_hashing(src, out, planned):
+    """Copy ``src`` into the open file ``out`` while hashing it; returns ``(sha256, bytes)``.
+
+    The source is read once. Each chunk is hashed in a helper thread while this thread writes it and reads the
+    next one (hashlib and file I/O release the GIL), so on a multi-core box the hash costs no extra time.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    with open(src, "rb") as handle, ThreadPoolExecutor(max_workers=1) as hasher:
+        chunk = handle.read(CHUNK_SIZE)
+        while chunk:
+            hashing = hasher.submit(digest.update, chunk)
+            try:
+                out.write(chunk)
+                size += len(chunk)
+                chunk = handle.read(CHUNK_SIZE)
+            finally:
+                hashing.result()  # one chunk at a time, in order
+        after = os.fstat(handle.fileno())
+    if size != planned.st_size or after.st_size != planned.st_size or after.st_mtime_ns != planned.st_mtime_ns:
+        raise SyncError("source %s changed after it was planned or while it was copied (still being written?); "
+                        "run again when the writer is done" % src)
+    return digest.hexdigest(), size
+
+
+def read_back(path):
+    """sha256 of what the filesystem holds, after asking the kernel to drop its cached pages."""
+    fadvise = getattr(os, "posix_fadvise", None)
+    if fadvise is not None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return sha256_file(path)[0]
+
+
+def copy_metadata(path, st):
+    """Mode bits and times of the source, where the filesystem allows (best effort)."""
+    try:
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    except OSError:
+        pass
+
+
+def copy_verified(item):
+    """Temp file in the destination directory, hash while copying, fsync, read back, replace, fsync dir."""
+    directory, name = os.path.split(item["dest"])
+    fd, tmp = tempfile.mkstemp(prefix=".%s.checked_sync." % name[:64], suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            digest, size = copy_hashing(item["src"], out, item["stat"])
+            out.flush()
+            os.fsync(out.fileno())
+        stored = read_back(tmp)
+        if stored != digest:
+            raise SyncError("verification failed for %s: wrote sha256 %s, read back %s; the previous copy is "
+                            "unchanged" % (item["dest"], digest, stored))
+        copy_metadata(tmp, item["stat"])
+        os.replace(tmp, item["dest"])
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(directory)
+    return digest, size
+
+
+def entry(item):
+    return {"path": item["rel"], "bytes": item["stat"].st_size, "sha256": item["sha256"]}
+
+
+def measure(dest):
+    """``(free_bytes, free_inodes, statvfs_result)`` of the filesystem that holds (or will hold) dest."""
+    _probe, st = fs_free(dest)
+    return free_bytes(st), free_inodes(st), st
+
+
+def check_paths(src, dest):
+    real_src, real_dest = os.path.realpath(src), os.path.realpath(dest)
+    if os.path.isdir(real_src) and (real_dest == real_src or real_dest.startswith(real_src.rstrip(os.sep) + os.sep)):
+        raise SyncError("dest %s is src or lies inside it; choose a destination outside %s" % (dest, src))
+    if os.path.isfile(real_src) and os.path.dirname(real_src) == real_dest:
+        raise SyncError("dest %s is the directory that already holds %s" % (dest, src))
+
+
+def run_sync(module, result):
+    """Plan, check the budget, then copy file by file. Fills ``result``; raises SyncError/OSError on failure."""
+    src, dest, include = module.params["src"], module.params["dest"], module.params["include"]
+    for key in ("min_free_inodes", "reserve_bytes"):
+        if module.params[key] < 0:
+            raise SyncError("%s must be 0 or more, got %d" % (key, module.params[key]))
+    check_paths(src, dest)
+    selected = select_files(src, include)
+    if not selected:
+        raise SyncError("no file under %s matches include %s; nothing was copied" % (src, include))
+    to_copy, same = plan(selected, dest)
+    result["unchanged"] = [item["rel"] for item in same]
+    dirs = missing_dirs(dest, to_copy) if to_copy else []
+    by_rel = dict((item["rel"], item) for item in to_copy + same)
+
+    result["free_bytes"], result["free_inodes"], st = measure(dest)
+    sizes = [item["stat"].st_size for item in to_copy]
+    new_files = len([item for item in to_copy if not item["exists"]])
+    need_bytes, need_inodes = copy_needs(sizes, new_files, len(dirs), st.f_frsize)
+    result["files"] = [entry(by_rel[rel]) for rel, _full, _st in selected]
+    problem = check_budget(need_bytes, need_inodes, st, where=dest,
+                           reserve_bytes=module.params["reserve_bytes"],
+                           min_free_inodes=module.params["min_free_inodes"])
+    if problem:
+        raise SyncError("not enough room to copy %d file(s) into %s: %s; nothing was written. Free space there "
+                        "or choose another destination" % (len(to_copy), dest, problem))
+
+    try:
+        if module.check_mode:
+            for item in to_copy:
+                item["sha256"] = item["sha256"] or sha256_file(item["src"])[0]
+                result["copied"].append(entry(item))
+        else:
+            make_dirs(dirs)
+            for item in to_copy:
+                item["sha256"], _size = copy_verified(item)
+                result["copied"].append(entry(item))
+    finally:
+        result["files"] = [entry(by_rel[rel]) for rel, _full, _st in selected]
+    result["changed"] = bool(to_copy)
+    result["bytes_copied"] = sum(item["bytes"] for item in result["copied"])
+    verb = "would copy" if module.check_mode else "copied and verified"
+    result["msg"] = "%s %d file(s) (%s bytes) into %s, %d unchanged" % (
+        verb, len(to_copy), fmt_count(result["bytes_copied"]), dest, len(same))
+
+
+class Params(object):
+    """What run_sync needs from a module: ``params`` and ``check_mode`` (the CLI builds one of these)."""
+
+    def __init__(self, params, check_mode=False):
+        self.params = params
+        self.check_mode = check_mode
+
+
+def empty_result(dest):
+    return dict(changed=False, copied=[], unchanged=[], bytes_copied=0, files=[],
+                dest=dest, free_bytes=None, free_inodes=None, msg="")
+
+
+def sync(module):
+    """Run the whole sync for ``module`` (params, check_mode) -> ``(failed, result)``; never raises SyncError/OSError."""
+    result = empty_result(module.params["dest"])
+    try:
+        run_sync(module, result)
+    except (SyncError, OSError) as exc:
+        result["changed"] = bool(result["copied"])
+        result["bytes_copied"] = sum(item["bytes"] for item in result["copied"])
+        try:
+            result["free_bytes"], result["free_inodes"], _st = measure(module.params["dest"])
+        except OSError:
+            pass
+        done = "; %d file(s) were copied and verified before the failure" % len(result["copied"]) \
+            if result["copied"] else ""
+        detail = str(exc) if isinstance(exc, SyncError) else "I/O error: %s" % exc
+        result["msg"] = "checked_sync failed: %s%s. The previous durable copies are intact." % (detail, done)
+        return True, result
+    try:
+        result["free_bytes"], result["free_inodes"], _st = measure(module.params["dest"])
+    except OSError:
+        pass
+    return False, result
+
+
+def cli(argv=None):
+    """Command-line entry: prints the result as JSON; exit 0 on a verified sync, 1 on failure, 2 on bad usage."""
+    parser = argparse.ArgumentParser(prog="sync", description="Atomic, verified copy (remote_gpu.trainer.checked_sync)")
+    parser.add_argument("src")
+    parser.add_argument("dest")
+    parser.add_argument("--include", action="append", default=None)
+    parser.add_argument("--min-free-inodes", type=int, default=0)
+    parser.add_argument("--reserve-bytes", type=int, default=0)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    params = {"src": os.path.abspath(os.path.expanduser(args.src)),
+              "dest": os.path.abspath(os.path.expanduser(args.dest)),
+              "include": args.include, "min_free_inodes": args.min_free_inodes, "reserve_bytes": args.reserve_bytes}
+    failed, result = sync(Params(params, args.check))
+    result["failed"] = failed
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -1,0 +1,195 @@
+"""launch.yml against the lab fleet: a queue of 7 items over 3 instances, resume after a kill, relaunch while running.
+
+Three autodl instances (lab-03 in region B, without tmux). The "training" command is a small bash script that
+prints epoch lines, writes best.pt and latest.pt into $TRAINER_OUTPUT_DIR, appends one line per run to
+~/launch-runs.log on the box, and fails or waits for a flag file when its argument says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
+from conftest import REPO, Fleet, needs_root, run_fleet
+
+pytestmark = needs_root
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+
+TRAIN_SH = r"""#!/usr/bin/env bash
+# usage: train.sh NAME [--epochs N] [--fail] [--wait FILE]
+name=$1; shift; epochs=2; fail=0; wait=""
+while [ $# -gt 0 ]; do
+  case $1 in --epochs) epochs=$2; shift;; --fail) fail=1;; --wait) wait=$2; shift;; esac
+  shift
+done
+echo "$TRAINER_ITEM $name $(hostname)" >> "$HOME/launch-runs.log"
+for e in $(seq 1 "$epochs"); do echo "epoch $e/$epochs"; sleep 0.1; done
+echo scratch > "$TRAINER_OUTPUT_DIR/latest.pt"
+printf 'best-%s' "$name" > "$TRAINER_OUTPUT_DIR/best.pt"
+if [ -n "$wait" ]; then while [ ! -e "$wait" ]; do sleep 0.2; done; fi
+if [ "$fail" = 1 ]; then echo "Traceback (most recent call last):"; echo "RuntimeError: boom"; exit 3; fi
+exit 0
+"""
+QUEUE = ["a0", "a1 --epochs 3", "a2", "a3 --fail", "a4", "a5", "a6 --epochs 1"]
+HOSTS = ["lab-01", "lab-02", "lab-03"]
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_free, tmp_path_factory):
+    state = tmp_path_factory.mktemp("lab")
+    up = run_fleet(["up", "--size", "3", "--platform", "lab-03=autodl", "--region", "lab-03=B",
+                    "--variant", "lab-03=no-tmux"], state)
+    try:
+        yield Fleet(state, up)
+    finally:
+        run_fleet(["down"], state, check=False)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    (root / "train.sh").write_text(TRAIN_SH)
+    (root / "conf").mkdir()
+    (root / "conf" / "base.yaml").write_text("lr: 0.1\n")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    return root
+
+
+def launch(fleet, src, *args, extra=None):
+    variables = {"launch_src": str(src), "launch_command": "bash train.sh"}
+    variables.update(extra or {})
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                           os.path.join(REPO, "playbooks", "launch.yml"), "-e", json.dumps(variables), *args],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return proc
+
+
+def recap(proc):
+    return {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+            for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", proc.stdout[proc.stdout.index("PLAY RECAP"):], re.M)}
+
+
+def read_json(fleet, host, path):
+    out = fleet.ssh(host, "cat %s 2>/dev/null || true" % path).stdout
+    return json.loads(out) if out.strip() else None
+
+
+def wait_finished(fleet, host, name, timeout=90):
+    """Wait for the job's final status.json (written by detached_job's wrapper) -> it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = read_json(fleet, host, "~/.trainer/jobs/%s/status.json" % name)
+        if status is not None:
+            return status
+        time.sleep(0.5)
+    raise AssertionError("%s: job %s did not finish within %d s:\n%s" % (
+        host, name, timeout, fleet.ssh(host, "tail -30 ~/.trainer/jobs/%s/job.log" % name, check=False).stdout))
+
+
+def runs(fleet, host):
+    return fleet.ssh(host, "cat ~/launch-runs.log 2>/dev/null || true").stdout.split("\n")
+
+
+def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp_path):
+    proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1})
+    table = proc.stdout[proc.stdout.index("ITEM  HOST"):]
+    expected = {"%03d" % i: HOSTS[i % 3] for i in range(7)}
+    for item, host in expected.items():
+        assert re.search(r"^\s*%s\s+%s\s+%s\s*$" % (item, host, re.escape(QUEUE[int(item)])), table, re.M), table
+    for host in HOSTS:
+        assert wait_finished(fleet, host, "train")["exit_code"] == (1 if host == "lab-01" else 0)
+
+    commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    sent = tmp_path / "sent"
+    shutil.copytree(str(src), str(sent), ignore=shutil.ignore_patterns(".git"))  # the push excludes .git
+    tree = tree_checksum(str(sent))
+    for host in HOSTS:
+        mine = sorted(i for i, h in expected.items() if h == host)
+        lines = sorted(line for line in runs(fleet, host) if line)
+        assert lines == sorted("%s a%d %s" % (i, int(i), host) for i in mine), lines
+        code = read_json(fleet, host, "~/.trainer/jobs/train/code.json")
+        assert code["commit"] == commit and code["dirty"] is False
+        assert code["files"] == 2 and code["tree_sha256"] == tree["tree_sha256"]
+        meta = read_json(fleet, host, "~/.trainer/jobs/train/job.meta.json")
+        assert meta["detach"] == ("nohup" if host == "lab-03" else "tmux")
+        for item in mine:
+            status = read_json(fleet, host, "~/.trainer/jobs/train/items/%s/status.json" % item)
+            assert status["item"] == item and status["host"] == host and status["arg"] == QUEUE[int(item)]
+            assert status["started"] and status["finished"] and status["code"] == code
+            if item == "003":
+                assert status["exit_code"] == 3 and status["synced"] == []
+                continue
+            assert status["exit_code"] == 0 and status["sync_error"] is None
+            best = b"best-a%d" % int(item)
+            assert status["synced"] == [{"path": "best.pt", "bytes": len(best),
+                                         "sha256": hashlib.sha256(best).hexdigest()}]
+            durable = "/root/autodl-fs/runs/train/%s/best.pt" % item
+            assert fleet.ssh(host, "sha256sum %s" % durable).stdout.split()[0] == hashlib.sha256(best).hexdigest()
+            assert status["pruned"] == ["latest.pt"]
+        log = fleet.ssh(host, "cat ~/.trainer/jobs/train/job.log").stdout
+        for item in mine:
+            if item != "003":
+                assert "==== trainer: item %s done, synced 1 files to /root/autodl-fs/runs/train/%s ====" % (
+                    item, item) in log
+        samples = fleet.ssh(host, "cat ~/.trainer/jobs/train/samples.tsv").stdout.splitlines()
+        assert samples[0].split("\t") == ["time", "item", "cgroup_memory_bytes", "main_pid", "main_rss_kib",
+                                          "gpu_util_pct", "gpu_mem_used_mib"]
+        assert len(samples) >= 2 and all(len(row.split("\t")) == 7 for row in samples)
+
+    # Relaunch after the end: lab-02 and lab-03 are done (nothing changes); lab-01 reruns only the failed item.
+    proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1})
+    counts = recap(proc)
+    assert counts["lab-02"]["changed"] == 0 and counts["lab-03"]["changed"] == 0, proc.stdout[-3000:]
+    assert counts["lab-01"]["changed"] == 1
+    wait_finished(fleet, "lab-01", "train")
+    lines = [line for line in runs(fleet, "lab-01") if line]
+    assert sorted(lines) == ["000 a0 lab-01", "003 a3 lab-01", "003 a3 lab-01", "006 a6 lab-01"]
+
+
+def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(fleet, src):
+    flag = "/root/go-resume"
+    extra = {"launch_name": "resume", "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
+    launch(fleet, src, "-l", "lab-03", extra=extra)
+    deadline = time.monotonic() + 60
+    while "001 r1 lab-03" not in runs(fleet, "lab-03") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert "001 r1 lab-03" in runs(fleet, "lab-03")
+    assert read_json(fleet, "lab-03", "~/.trainer/jobs/resume/items/000/status.json")["exit_code"] == 0
+
+    # Relaunch while the job runs: nothing is pushed, written or started.
+    before = fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout
+    proc = launch(fleet, src, "-l", "lab-03", extra=extra)
+    assert recap(proc)["lab-03"]["changed"] == 0
+    assert "resume is running" in proc.stdout
+    assert fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout \
+        == before
+
+    # Kill the whole job (as a preemption would), then relaunch: 000 is skipped, 001 runs again, then 002.
+    pid = fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.pid").stdout.strip()
+    fleet.ssh("lab-03", "kill -KILL -- -%s" % pid)
+    fleet.ssh("lab-03", "touch %s" % flag)
+    assert read_json(fleet, "lab-03", "~/.trainer/jobs/resume/items/001/status.json") is None
+    launch(fleet, src, "-l", "lab-03", extra=extra)
+    assert wait_finished(fleet, "lab-03", "resume")["exit_code"] == 0
+    lines = [line for line in runs(fleet, "lab-03") if " r" in line]
+    assert lines == ["000 r0 lab-03", "001 r1 lab-03", "001 r1 lab-03", "002 r2 lab-03"]
+    for item in ("000", "001", "002"):
+        status = read_json(fleet, "lab-03", "~/.trainer/jobs/resume/items/%s/status.json" % item)
+        assert status["exit_code"] == 0 and status["synced"][0]["path"] == "best.pt"
+    log = fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.log").stdout
+    assert log.count("==== trainer: started ") == 2
+    assert "==== trainer: item 000 already done, skipped ====" in log

@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+def test_assign_spreads_round_robin_over_sorted_hosts():
+    rows = launch.assign(["a", "b", "c", "d", "e", "f", "g"], ["lab-03", "lab-01", "lab-02"])
+    assert [(r["item"], r["host"], r["arg"]) for r in rows] == [
+        ("000", "lab-01", "a"), ("001", "lab-02", "b"), ("002", "lab-03", "c"), ("003", "lab-01", "d"),
+        ("004", "lab-02", "e"), ("005", "lab-03", "f"), ("006", "lab-01", "g")]
+    assert [r["index"] for r in rows] == list(range(7))
+
+
+def test_assign_is_deterministic_and_each_item_exactly_once():
+    queue = ["cfg/%d.yaml" % i for i in range(23)]
+    one = launch.assign(queue, ["b", "a", "c", "a"])
+    two = launch.assign(queue, ["c", "b", "a"])
+    assert one == two
+    assert sorted(r["arg"] for r in one) == sorted(queue)
+    assert {r["host"] for r in one} == {"a", "b", "c"}
+
+
+def test_assign_more_hosts_than_items_and_wide_ids():
+    assert [r["host"] for r in launch.assign(["x"], ["h2", "h1"])] == ["h1"]
+    rows = launch.assign([str(i) for i in range(1001)], ["h"])
+    assert rows[0]["item"] == "0000" and rows[-1]["item"] == "1000"
+    assert launch.assign([], ["h"]) == []
+
+
+@pytest.mark.parametrize("queue, hosts", [(["a"], []), ([{"a": 1}], ["h"]), ([True], ["h"])])
+def test_assign_rejects_bad_input(queue, hosts):
+    with pytest.raises(ValueError):
+        launch.assign(queue, hosts)
+
+
+def test_assignment_table():
+    lines = launch.assignment_table(launch.assign(["--lr 1", ""], ["lab-01"]))
+    assert lines[0].split() == ["ITEM", "HOST", "ARGUMENT"]
+    assert lines[1].split() == ["000", "lab-01", "--lr", "1"]
+    assert lines[2].split() == ["001", "lab-01", "-"]
+
+
+def test_tree_checksum_is_sha256_over_sorted_paths_and_file_hashes(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "b.py").write_bytes(b"print(1)\n")
+    (tmp_path / "a.txt").write_bytes(b"a")
+    os.symlink("a.txt", str(tmp_path / "link"))
+    got = launch.tree_checksum(str(tmp_path))
+    text = "%s  a.txt\nsymlink:a.txt  link\n%s  src/b.py\n" % (
+        hashlib.sha256(b"a").hexdigest(), hashlib.sha256(b"print(1)\n").hexdigest())
+    assert got == {"tree_sha256": hashlib.sha256(text.encode()).hexdigest(), "files": 3, "bytes": 10}
+
+
+def test_tree_checksum_changes_with_content_and_names(tmp_path):
+    (tmp_path / "a").write_bytes(b"1")
+    first = launch.tree_checksum(str(tmp_path))["tree_sha256"]
+    (tmp_path / "a").write_bytes(b"2")
+    second = launch.tree_checksum(str(tmp_path))["tree_sha256"]
+    os.rename(str(tmp_path / "a"), str(tmp_path / "b"))
+    third = launch.tree_checksum(str(tmp_path))["tree_sha256"]
+    assert len({first, second, third}) == 3
+
+
+def test_pending_skips_only_exit_code_zero(tmp_path):
+    items = tmp_path / "items"
+    for item, data in (("000", {"exit_code": 0}), ("001", {"exit_code": 3}), ("002", {"exit_code": False}),
+                       ("004", "not json")):
+        (items / item).mkdir(parents=True)
+        (items / item / "status.json").write_text(data if isinstance(data, str) else json.dumps(data))
+    assert launch.pending(str(items), ["000", "001", "002", "003", "004"]) == ["001", "002", "003", "004"]
+
+
+@pytest.fixture
+def out(tmp_path):
+    root = tmp_path / "out" / "000"
+    root.mkdir(parents=True)
+    (root / "best.pt").write_bytes(b"B" * 100)
+    (root / "latest.pt").write_bytes(b"L" * 50)
+    (root / "tmpdir").mkdir()
+    (root / "tmpdir" / "x").write_bytes(b"x")
+    return root
+
+
+def test_finish_success_syncs_verified_then_prunes_and_prints_the_line_last(out, tmp_path):
+    dest = tmp_path / "durable" / "000"
+    status, line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(dest), best=["best*"],
+                                      scratch=["latest*", "tmp*", "best*"], arg="a0", host="h")
+    assert status["exit_code"] == 0 and status["sync_error"] is None
+    assert [f["path"] for f in status["synced"]] == ["best.pt"]
+    assert status["synced"][0]["sha256"] == hashlib.sha256(b"B" * 100).hexdigest()
+    assert (dest / "best.pt").read_bytes() == b"B" * 100
+    assert sorted(os.listdir(str(out))) == ["best.pt"]  # scratch pruned, the synced file kept
+    assert sorted(status["pruned"]) == ["latest.pt", "tmpdir"]
+    assert line == "==== trainer: item 000 done, synced 1 files to %s ====" % dest
+    assert status["item"] == "000" and status["started"] == "t0" and status["finished"]
+
+
+def test_finish_failed_command_does_not_sync_or_prune(out, tmp_path):
+    dest = tmp_path / "durable" / "000"
+    status, line = launch.finish_item("000", 3, "t0", str(out), sync_dest=str(dest), best=["best*"],
+                                      scratch=["latest*"])
+    assert status["exit_code"] == 3 and status["synced"] == [] and not dest.exists()
+    assert (out / "latest.pt").exists()
+    assert "failed, exit 3" in line
+
+
+def test_finish_sync_failure_makes_the_item_fail_and_keeps_scratch(out, tmp_path):
+    status, line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(tmp_path / "d"), best=["nothing*"],
+                                      scratch=["latest*"])
+    assert status["exit_code"] == 1 and status["command_exit_code"] == 0
+    assert "no file under" in status["sync_error"]
+    assert (out / "latest.pt").exists()
+    assert "done" not in line and "FAILED to sync" in line
+
+
+def test_finish_reports_a_sync_that_fails_verification(out, tmp_path):
+    def broken(_module):
+        return True, {"msg": "checked_sync failed: verification failed", "files": []}
+    status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(tmp_path / "d"), best=["best*"],
+                                       sync=broken)
+    assert status["exit_code"] == 1 and status["sync_error"].startswith("checked_sync failed")
+
+
+def test_finish_without_sync_dest(out):
+    status, line = launch.finish_item("000", 0, "t0", str(out), best=["best*"])
+    assert status["exit_code"] == 0 and status["sync_dest"] is None and "nothing to sync" in line
+
+
+def _cli(*args, **kw):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([sys.executable, "-m", "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"]
+                          + list(args), capture_output=True, text=True, env=env, check=False, **kw)
+
+
+def test_cli_code_writes_code_json_once(tmp_path):
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "t.py").write_text("x")
+    out = tmp_path / "code.json"
+    first = _cli("code", "--root", str(tmp_path / "tree"), "--out", str(out), "--commit", "abc", "--dirty", "false")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["changed"] is True
+    record = json.loads(out.read_text())
+    assert record["commit"] == "abc" and record["dirty"] is False and record["files"] == 1
+    again = _cli("code", "--root", str(tmp_path / "tree"), "--out", str(out), "--commit", "abc", "--dirty", "false")
+    assert json.loads(again.stdout)["changed"] is False
+
+
+def test_cli_finish_writes_status_atomically_and_exit_code(out, tmp_path):
+    status_file = tmp_path / "job" / "items" / "000" / "status.json"
+    code = tmp_path / "code.json"
+    code.write_text('{"commit": null, "tree_sha256": "ab"}')
+    proc = _cli("finish", "--item", "000", "--exit-code", "0", "--started", "t0", "--output-dir", str(out),
+                "--status", str(status_file), "--sync-dest", str(tmp_path / "d"), "--best", "best*",
+                "--scratch", "latest*", "--code", str(code), "--host", "lab-01", "--arg", "a0")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("==== trainer: item 000 done, synced 1 files")
+    status = json.loads(status_file.read_text())
+    assert status["code"] == {"commit": None, "tree_sha256": "ab"} and status["host"] == "lab-01"
+    assert not os.path.exists(str(status_file) + ".tmp")
+    assert _cli("done", str(status_file)).returncode == 0
+    proc = _cli("finish", "--item", "001", "--exit-code", "5", "--started", "t0", "--output-dir", str(out),
+                "--status", str(status_file))
+    assert proc.returncode == 5 and _cli("done", str(status_file)).returncode == 1

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([sys.executable, "-m", "ansible_collections.remote_gpu.trainer.plugins.module_utils.sync"]
+                          + list(args), capture_output=True, text=True, env=env, check=False)
+
+
+def test_sync_returns_the_module_result_without_ansible(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "best.pt").write_bytes(b"B" * 10)
+    (tmp_path / "src" / "latest.pt").write_bytes(b"L")
+    params = {"src": str(tmp_path / "src"), "dest": str(tmp_path / "dest"), "include": ["best*"],
+              "min_free_inodes": 0, "reserve_bytes": 0}
+    failed, result = sync.sync(sync.Params(params))
+    assert not failed and result["changed"] is True
+    assert result["files"] == [{"path": "best.pt", "bytes": 10, "sha256": hashlib.sha256(b"B" * 10).hexdigest()}]
+    assert sorted(os.listdir(str(tmp_path / "dest"))) == ["best.pt"]
+    failed, again = sync.sync(sync.Params(params))
+    assert not failed and again["changed"] is False and again["unchanged"] == ["best.pt"]
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "best.pt").write_bytes(b"B")
+    ok = _cli(str(tmp_path / "src"), str(tmp_path / "dest"), "--include", "best*")
+    assert ok.returncode == 0, ok.stderr
+    result = json.loads(ok.stdout)
+    assert result["failed"] is False and result["msg"].startswith("copied and verified 1 file(s)")
+    bad = _cli(str(tmp_path / "src"), str(tmp_path / "dest2"), "--include", "nothing*")
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["msg"].startswith("checked_sync failed: no file under")
+    check = _cli(str(tmp_path / "src"), str(tmp_path / "dest3"), "--check")
+    assert check.returncode == 0 and not (tmp_path / "dest3").exists()
