@@ -34,24 +34,17 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
-from ansible_collections.remote_gpu.trainer.plugins.modules import checked_sync  # noqa: E402
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync  # noqa: E402
 
 CHUNK = 64 << 20
 RERUN_TARGET = 0.10
 
 
-class SyncModule:
-    """What ``sync`` reads from an AnsibleModule: its parameters and check mode."""
-
-    check_mode = False
-
-    def __init__(self, src, dest):
-        self.params = {"src": src, "dest": dest, "include": None, "min_free_inodes": 0, "reserve_bytes": 0}
-
-
 def run_checked_sync(src, dest):
-    """What the module's main() does between AnsibleModule() and exit_json(): checked_sync.sync(module)."""
-    failed, result = checked_sync.sync(SyncModule(src, dest))
+    """What the module's main() does between AnsibleModule() and exit_json(): sync.sync(module)."""
+    params = {"src": src, "dest": dest, "include": None, "min_free_inodes": 0, "reserve_bytes": 0,
+              "unchanged_check": "stat"}
+    failed, result = sync.sync(sync.Params(params))
     if failed:
         raise SystemExit("checked_sync failed: %s" % result["msg"])
     return result

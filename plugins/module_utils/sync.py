@@ -73,9 +73,72 @@ def dest_path(dest, rel):
     return os.path.join(dest, *rel.split("/"))
 
 
-def plan(selected, dest):
-    """Split the files into ``to_copy`` and ``same`` (dicts with rel, src, dest, stat, sha256)."""
+# Where a sync remembers what it verified, per destination, so that an unchanged re-run need not hash both sides.
+STATE_DIR = "~/.cache/remote_gpu.trainer/checked_sync"
+
+
+def stat_key(st):
+    """What identifies a file's content without reading it: device, inode, size, mtime and ctime (ns).
+
+    ctime cannot be set by users (touch -r, cp -p and rsync -t all leave it at the time of the change), so a file
+    rewritten in place, even to the same size and mtime, no longer matches.
+    """
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def state_path(dest):
+    digest = hashlib.sha256(os.path.realpath(dest).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return os.path.join(os.path.expanduser(STATE_DIR), digest + ".json")
+
+
+def load_state(dest):
+    """{rel: {"src": key, "dest": key, "sha256": hex}} recorded by the last verified sync into ``dest``; {} if none."""
+    try:
+        with open(state_path(dest)) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_state(dest, items):
+    """Record the verified files (a cache: failing to write it only makes the next run hash again)."""
+    state = {}
+    for item in items:
+        try:
+            state[item["rel"]] = {"src": stat_key(item["stat"]), "dest": stat_key(os.stat(item["dest"])),
+                                  "sha256": item["sha256"]}
+        except OSError:
+            continue
+    path = state_path(dest)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".state.", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as handle:
+            json.dump(state, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def recorded_same(record, st, target):
+    """True when both sides are exactly as they were after the last verified copy."""
+    if not record:
+        return False
+    try:
+        return record["src"] == stat_key(st) and record["dest"] == stat_key(os.stat(target))
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def plan(selected, dest, state=None):
+    """Split the files into ``to_copy`` and ``same`` (dicts with rel, src, dest, stat, sha256).
+
+    A file whose source and destination are both exactly as the last verified sync left them (``state``) is the
+    same without being read; any other file of equal size is compared by sha256 on both sides.
+    """
     to_copy, same = [], []
+    state = state or {}
     for rel, full, st in selected:
         target = dest_path(dest, rel)
         item = {"rel": rel, "src": full, "dest": target, "stat": st, "sha256": None, "exists": False}
@@ -83,6 +146,10 @@ def plan(selected, dest):
             if os.path.isdir(target):
                 raise SyncError("%s is a directory in dest; cannot copy %s over it" % (target, rel))
             item["exists"] = True
+            if recorded_same(state.get(rel), st, target):
+                item["sha256"] = state[rel]["sha256"]
+                same.append(item)
+                continue
             if os.path.getsize(target) == st.st_size:
                 src_hash = sha256_file(full)[0]
                 item["sha256"] = src_hash
@@ -230,7 +297,8 @@ def run_sync(module, result):
     selected = select_files(src, include)
     if not selected:
         raise SyncError("no file under %s matches include %s; nothing was copied" % (src, include))
-    to_copy, same = plan(selected, dest)
+    state = load_state(dest) if module.params.get("unchanged_check", "stat") == "stat" else {}
+    to_copy, same = plan(selected, dest, state)
     result["unchanged"] = [item["rel"] for item in same]
     dirs = missing_dirs(dest, to_copy) if to_copy else []
     by_rel = dict((item["rel"], item) for item in to_copy + same)
@@ -257,6 +325,7 @@ def run_sync(module, result):
             for item in to_copy:
                 item["sha256"], _size = copy_verified(item)
                 result["copied"].append(entry(item))
+            save_state(dest, to_copy + same)
     finally:
         result["files"] = [entry(by_rel[rel]) for rel, _full, _st in selected]
     result["changed"] = bool(to_copy)
@@ -312,10 +381,12 @@ def cli(argv=None):
     parser.add_argument("--min-free-inodes", type=int, default=0)
     parser.add_argument("--reserve-bytes", type=int, default=0)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--unchanged-check", choices=["stat", "content"], default="stat")
     args = parser.parse_args(argv)
     params = {"src": os.path.abspath(os.path.expanduser(args.src)),
               "dest": os.path.abspath(os.path.expanduser(args.dest)),
-              "include": args.include, "min_free_inodes": args.min_free_inodes, "reserve_bytes": args.reserve_bytes}
+              "include": args.include, "min_free_inodes": args.min_free_inodes, "reserve_bytes": args.reserve_bytes,
+              "unchanged_check": args.unchanged_check}
     failed, result = sync(Params(params, args.check))
     result["failed"] = failed
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")

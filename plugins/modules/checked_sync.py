@@ -23,8 +23,10 @@ description:
     hashed while it is copied (the source is read once), flushed with fsync, read back and compared, then renamed
     over the destination with C(os.replace) and the directory is flushed. On any error (disk full, quota, mismatch,
     permission) the temporary file is removed, the previous durable copy is left as it was, and the task fails.
-  - Idempotent. A destination file is unchanged when its size and its sha256 equal the source's. Modification
-    times are never used as a shortcut, so every unchanged file is read on both sides on every run.
+  - Idempotent. A destination file is unchanged when its size and its sha256 equal the source's. After a verified
+    copy the module records both files' device, inode, size, mtime and ctime (under
+    C(~/.cache/remote_gpu.trainer/checked_sync/)); a re-run skips reading a file whose source and copy are both
+    exactly as recorded (O(unchanged_check=stat)), so an unchanged sync costs a few C(stat) calls, not two hashes.
   - Nothing is ever deleted from O(dest); files there that are not in O(src) are left alone.
   - Symbolic links to files inside O(src) are copied as regular files with the content of their target; symbolic
     links to directories are not followed. Mode bits and modification times are copied when the destination
@@ -74,6 +76,17 @@ options:
     description: Bytes that must still be free on the destination filesystem after the copy.
     type: int
     default: 0
+  unchanged_check:
+    description:
+      - How a re-run decides that an existing destination file is unchanged.
+      - V(stat) trusts the record of the last verified copy when both files still have the same device, inode,
+        size, mtime and ctime (a rewrite changes ctime, which users cannot set back); anything else is hashed.
+        Silent corruption of the copy after it was verified is not seen by a re-run; the teardown's pull
+        verification hashes every file.
+      - V(content) always compares sha256 on both sides.
+    type: str
+    choices: [stat, content]
+    default: stat
 notes:
   - Free space is what an unprivileged user may use (statvfs C(f_bavail), C(f_favail)). File sizes are rounded up to
     whole blocks and each new directory counts one block and one inode; one more inode is counted for the temporary
@@ -186,6 +199,7 @@ def main():
             include=dict(type="list", elements="str"),
             min_free_inodes=dict(type="int", default=0),
             reserve_bytes=dict(type="int", default=0),
+            unchanged_check=dict(type="str", choices=["stat", "content"], default="stat"),
         ),
         supports_check_mode=True,
     )

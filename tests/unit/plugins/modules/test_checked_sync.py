@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
-import subprocess
 
 import pytest
 
@@ -13,18 +11,12 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
 from ansible_collections.remote_gpu.trainer.plugins.modules import checked_sync
 
 RETURN_KEYS = {"changed", "copied", "unchanged", "bytes_copied", "files", "dest", "free_bytes", "free_inodes", "msg"}
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount tmpfs")
 
 
-@contextlib.contextmanager
-def tmpfs(path, options):
-    """Mount a real tmpfs at ``path``; always unmount it afterwards."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
+@pytest.fixture(autouse=True)
+def private_home(tmp_path, monkeypatch):
+    """The record of verified copies lives under ~/.cache: keep each test's own."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
 
 
 def sha(data):
@@ -83,6 +75,41 @@ def test_second_run_is_unchanged(module_runner, src, tmp_path):
     assert result["copied"] == [] and result["bytes_copied"] == 0
     assert result["unchanged"] == ["ckpt/best.pt", "ckpt/last.pt", "metrics.json"]
     assert [f["sha256"] for f in result["files"]] == [sha(b"B" * 5000), sha(b"L" * 3000), sha(b'{"acc": 0.9}\n')]
+
+
+def test_unchanged_rerun_reads_no_file(module_runner, src, tmp_path, monkeypatch):
+    dest = tmp_path / "durable"
+    module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+
+    def no_reading(*_args, **_kwargs):
+        raise AssertionError("an unchanged re-run must not hash files")
+    monkeypatch.setattr(sync, "sha256_file", no_reading)
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    assert not failed and result["changed"] is False
+    assert [f["sha256"] for f in result["files"]] == [sha(b"B" * 5000), sha(b"L" * 3000), sha(b'{"acc": 0.9}\n')]
+
+
+def test_content_check_hashes_every_time(module_runner, src, tmp_path, monkeypatch):
+    dest = tmp_path / "durable"
+    module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    calls = []
+    real = sync.sha256_file
+    monkeypatch.setattr(sync, "sha256_file", lambda path: calls.append(path) or real(path))
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest), "unchanged_check": "content"})
+    assert not failed and result["changed"] is False
+    assert len(calls) == 6  # both sides of three files
+
+
+def test_a_copy_changed_behind_our_back_is_hashed_and_replaced(module_runner, src, tmp_path):
+    dest = tmp_path / "durable"
+    module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    copy = dest / "ckpt" / "best.pt"
+    st = copy.stat()
+    copy.write_bytes(b"X" * 5000)  # same size; restore the mtime: only ctime gives it away
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    assert not failed and [c["path"] for c in result["copied"]] == ["ckpt/best.pt"]
+    assert copy.read_bytes() == b"B" * 5000
 
 
 def test_same_size_and_mtime_but_different_content_is_copied(module_runner, src, tmp_path):
@@ -262,8 +289,7 @@ def test_dest_path_that_is_a_directory_fails(module_runner, src, tmp_path):
 
 
 @pytest.mark.root
-@needs_root
-def test_inode_cap_fails_before_writing_and_keeps_old_copy(module_runner, tmp_path):
+def test_inode_cap_fails_before_writing_and_keeps_old_copy(module_runner, tmp_path, tmpfs):
     src = tmp_path / "src"
     src.mkdir()
     for index in range(30):
@@ -280,8 +306,7 @@ def test_inode_cap_fails_before_writing_and_keeps_old_copy(module_runner, tmp_pa
 
 
 @pytest.mark.root
-@needs_root
-def test_min_free_inodes_margin_on_a_real_tmpfs(module_runner, tmp_path):
+def test_min_free_inodes_margin_on_a_real_tmpfs(module_runner, tmp_path, tmpfs):
     src = tmp_path / "src"
     src.mkdir()
     for index in range(4):
@@ -297,8 +322,7 @@ def test_min_free_inodes_margin_on_a_real_tmpfs(module_runner, tmp_path):
 
 
 @pytest.mark.root
-@needs_root
-def test_disk_filling_up_midway_leaves_no_temp_and_reports_failure(module_runner, tmp_path, monkeypatch):
+def test_disk_filling_up_midway_leaves_no_temp_and_reports_failure(module_runner, tmp_path, monkeypatch, tmpfs):
     src = tmp_path / "src"
     src.mkdir()
     (src / "big.bin").write_bytes(os.urandom(700 * 1024))
@@ -322,8 +346,7 @@ def test_disk_filling_up_midway_leaves_no_temp_and_reports_failure(module_runner
 
 
 @pytest.mark.root
-@needs_root
-def test_real_tmpfs_copy_check_mode_and_idempotence(module_runner, tmp_path):
+def test_real_tmpfs_copy_check_mode_and_idempotence(module_runner, tmp_path, tmpfs):
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
     (src / "a" / "b" / "w.safetensors").write_bytes(os.urandom(100 * 1024))
