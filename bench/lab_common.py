@@ -35,7 +35,11 @@ def seed_script(name):
 
 @contextlib.contextmanager
 def lab_fleet(size, *args):
-    """A fleet in its own state directory (so it never touches a fleet already up); always taken down."""
+    """A fleet in its own state directory (so it never touches a fleet already up); always taken down.
+
+    LAB_NET in the environment moves it to other loopback addresses (tests/lab/fleet honours it), so a benchmark
+    can run next to a fleet on the default addresses.
+    """
     if os.geteuid() != 0:
         raise SystemExit("the lab fleet needs root (namespaces, tmpfs); run this benchmark as root")
     state = tempfile.mkdtemp(prefix="rgt-bench-", dir="/tmp")
@@ -64,7 +68,7 @@ def executions_per_host(log, addresses):
     counts = collections.Counter()
     if log.exists():
         for line in log.read_text().splitlines():
-            for address in re.findall(r"127\.0\.0\.\d+", line):
+            for address in re.findall(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b", line):
                 if address in addresses:
                     counts[address] += 1
                     break

@@ -10,6 +10,7 @@ import datetime
 import json
 import os
 import tempfile
+import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
@@ -23,7 +24,8 @@ display = Display()
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "record_var", "report_path", "strict", "title", "fail_run"))
+    _VALID_ARGS = frozenset(("hosts", "record_var", "report_path", "strict", "title", "fail_run", "kind", "prom_path",
+                             "tail_lines"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -34,25 +36,37 @@ class ActionModule(ActionBase):
             strict=dict(type="bool", default=False),
             title=dict(type="str", default="fleet"),
             fail_run=dict(type="bool", default=True),
+            kind=dict(type="str", choices=["preflight", "patrol"], default="preflight"),
+            prom_path=dict(type="path"),
+            tail_lines=dict(type="int", default=3),
         ))
+        if args["prom_path"] and not args["prom_path"].endswith(".prom"):
+            raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
+                                    "*.prom files)" % args["prom_path"])
         hostvars = task_vars.get("hostvars", {})
         rows = []
         for host in sorted(args["hosts"]):
             host_vars = hostvars.get(host, {})
+            if args["kind"] == "patrol":
+                rows.append(fleet_report.patrol_row_from_record(host, self._patrol_record(host_vars, args["record_var"]),
+                                                                strict=args["strict"], tail_lines=args["tail_lines"]))
+                continue
             record = host_vars.get(args["record_var"]) if host_vars else None
             if isinstance(record, dict):
                 rows.append(fleet_report.row_from_record(host, record))
             else:
                 rows.append(fleet_report.no_result_row(host, host_vars.get("trainer_profile", "-") if host_vars else "-"))
-        table = fleet_report.render_table(rows)
+        table = fleet_report.render_table(rows, columns=fleet_report.COLUMNS_BY_KIND[args["kind"]])
         counts = fleet_report.summary(rows)
         failing = fleet_report.failing_hosts(rows, strict=args["strict"])
         footer = "%s: %d host(s): %s" % (args["title"], len(rows),
                                          ", ".join("%s %d" % (k, v) for k, v in sorted(counts.items())) or "none")
-        display.display("\n".join(table + [footer]))
+        lines = [row["line"] for row in rows if row.get("line")]
+        display.display("\n".join(lines + ([""] if lines else []) + table + [footer]))
 
         report = {
             "title": args["title"],
+            "kind": args["kind"],
             "generated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "strict": args["strict"],
             "summary": counts,
@@ -61,26 +75,60 @@ class ActionModule(ActionBase):
         }
         if args["report_path"]:
             self._write_json(args["report_path"], report)
-        result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"])
+        if args["prom_path"]:
+            # world-readable: node_exporter usually runs as its own user
+            self._write_atomically(args["prom_path"], fleet_report.prometheus_text(rows, time.time()), ".prom.",
+                                   "Prometheus textfile", mode=0o644)
+        result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],
+                      prom_path=args["prom_path"])
         if failing and args["fail_run"]:
             # The table is already on screen and the rows are in the report: keep the failure short.
-            reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
-                       for row in rows if row["host"] in failing]
-            result.update(failed=True, msg="%d host(s) not fit: %s" % (len(failing), "; ".join(reasons)))
+            if args["kind"] == "patrol":
+                reasons = ["%s: %s" % (row["host"], "; ".join(row.get("reasons") or [row["verdict"]]))
+                           for row in rows if row["host"] in failing]
+                msg = "%d host(s) escalated: %s" % (len(failing), " || ".join(reasons))
+            else:
+                reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
+                           for row in rows if row["host"] in failing]
+                msg = "%d host(s) not fit: %s" % (len(failing), "; ".join(reasons))
+            result.update(failed=True, msg=msg)
         else:
             result.update(table=table, rows=rows)
         return result
 
     @staticmethod
-    def _write_json(path, report):
+    def _patrol_record(host_vars, record_var):
+        """The profile facts of a host and the raw result of its job_status task (None when it did not run)."""
+        record = {}
+        for key, var in (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
+                         ("durable_dir", "trainer_durable_dir"), ("probe", record_var)):
+            try:
+                record[key] = host_vars.get(var) if host_vars else None
+            except Exception:  # pylint: disable=broad-except
+                record[key] = None  # a profile that failed validation may not even template
+        return record
+
+    @staticmethod
+    def _write_atomically(path, text, prefix, what, mode=None):
+        """Write ``text`` to a temporary file next to ``path`` (not matching *.prom or *.json), then rename it."""
         directory = os.path.dirname(os.path.abspath(path))
         try:
             os.makedirs(directory, exist_ok=True)
-            fd, tmp_path = tempfile.mkstemp(prefix=".report.", dir=directory)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(report, handle, indent=2, sort_keys=True, default=str)
-                handle.write("\n")
-            os.replace(tmp_path, path)
+            fd, tmp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(text)
+                if mode is not None:
+                    os.chmod(tmp_path, mode)
+                os.replace(tmp_path, path)
+            except BaseException:
+                os.unlink(tmp_path)
+                raise
         except OSError as exc:
-            raise AnsibleActionFail("cannot write the report to %s: %s. Set a writable report path." % (
-                path, to_native(exc.strerror or exc)))
+            raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
+                what, path, to_native(exc.strerror or exc), what))
+
+    @classmethod
+    def _write_json(cls, path, report):
+        cls._write_atomically(path, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", ".report.",
+                              "report")

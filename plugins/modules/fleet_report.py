@@ -61,6 +61,33 @@ options:
     description: Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
     type: bool
     default: true
+  kind:
+    description:
+      - V(preflight) reads O(record_var) as a preflight record and prints the preflight columns.
+      - >-
+        V(patrol) reads O(record_var) as the raw result of a M(remote_gpu.trainer.job_status) task (unreachable or
+        failed results included), takes the platform and the data and durable directories from the host's profile
+        (C(trainer_profile), C(trainer_data_dir), C(trainer_durable_dir)), prints one line per host (every job's
+        state, items, progress, exit code, log age, and the last log lines of a dead or crashed job), then the
+        patrol columns (jobs, progress, data disk and durable FS, GPU, top finding).
+      - >-
+        A patrol verdict is C(FAIL) (escalate) on every C(FAIL) finding and on the WARN finding C(log_stale), and
+        on every WARN with O(strict). The failure message lists every escalating finding of every host.
+    type: str
+    choices: [preflight, patrol]
+    default: preflight
+  prom_path:
+    description:
+      - Also write the rows as a Prometheus textfile for node_exporter's textfile collector (metrics
+        C(trainer_patrol_verdict), C(trainer_job_alive), C(trainer_job_items_done), C(trainer_job_progress),
+        C(trainer_disk_bytes_pct), C(trainer_disk_inodes_pct), C(trainer_gpu_utilization_pct), ...).
+      - Must end in C(.prom). Written to a temporary file in the same directory and renamed, so the collector never
+        reads half a file. Omit to write none.
+    type: path
+  tail_lines:
+    description: With O(kind=patrol), how many last log lines of a dead or crashed job the host's line shows.
+    type: int
+    default: 3
 """
 
 EXAMPLES = r"""
@@ -70,6 +97,17 @@ EXAMPLES = r"""
     record_var: preflight_record
     report_path: reports/preflight.json
     title: preflight
+
+- name: Patrol table, escalation and a Prometheus textfile from registered job_status results
+  remote_gpu.trainer.fleet_report:
+    hosts: "{{ ansible_play_hosts_all }}"
+    record_var: patrol_probe
+    kind: patrol
+    report_path: reports/patrol.json
+    prom_path: /var/lib/node_exporter/textfile/trainer_patrol.prom
+    title: patrol
+  delegate_to: localhost
+  run_once: true
 """
 
 RETURN = r"""
@@ -101,4 +139,9 @@ report_path:
   type: str
   returned: always
   sample: reports/preflight.json
+prom_path:
+  description: Where the Prometheus textfile was written, or null.
+  type: str
+  returned: always
+  sample: /var/lib/node_exporter/textfile/trainer_patrol.prom
 """

@@ -124,7 +124,7 @@ candidates:
   sample:
     - {pid: 4123, user: root, cmdline: "python -m torch.distributed.run ...", age: 5400, reason: invisible_to_nvidia_smi,
        devices: [/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm]}
-skipped:
+passed_over:
   description: The other holders, each with the reason it is not a candidate (C(visible), C(young), C(protected),
     C(excluded_pid), C(excluded_user), C(excluded_command), C(pid_1), C(self)).
   type: list
@@ -311,10 +311,10 @@ def run(module, result):
     result.update(unverified=unverified, unverified_reason=reason)
     stats = procfs.all_stats()
     info = describe(holders, stats)
-    candidates, skipped = procfs.classify_holders(
+    candidates, passed_over = procfs.classify_holders(
         info, set(visible), guarded_pids(stats, roots), set(params["exclude_pids"]), set(params["exclude_users"]),
         set(params["exclude_commands"]), params["min_age"])
-    result.update(candidates=candidates, skipped=skipped)
+    result.update(candidates=candidates, passed_over=passed_over)
     summary = "%d device holder(s), %d candidate(s)" % (len(info), len(candidates))
     if unverified:
         summary += "; visibility unverified: %s" % reason
@@ -339,7 +339,7 @@ def run(module, result):
 def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
-    result = dict(changed=False, candidates=[], skipped=[], killed=[], kill_errors=[], unverified=False,
+    result = dict(changed=False, candidates=[], passed_over=[], killed=[], kill_errors=[], unverified=False,
                   unverified_reason=None, visible_pids=[], unreadable_pids=[], msg="")
     try:
         run(module, result)

@@ -111,7 +111,7 @@ def test_orphan_is_killed_only_with_force(module_runner, box):
     assert candidate["reason"] == "invisible_to_nvidia_smi" and candidate["user"]
     assert candidate["devices"] == sorted([str(box.dev / "nvidia0"), str(box.dev / "nvidiactl")])
     assert "sleep 600" in candidate["cmdline"]
-    assert by_pid(result["skipped"])[live_pid]["reason"] == "visible"
+    assert by_pid(result["passed_over"])[live_pid]["reason"] == "visible"
     assert orphan.poll() is None
 
     failed, result = module_runner(vram_reaper, box.args(force=True, _ansible_check_mode=True))
@@ -128,13 +128,13 @@ def test_young_and_excluded_holders_are_not_candidates(module_runner, box):
     _orphan, orphan_pid = box.holder()
     box.smi(smi_lines([live_pid]))
     failed, result = module_runner(vram_reaper, box.args(min_age=3600, force=True))
-    assert not failed and result["candidates"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "young"
+    assert not failed and result["candidates"] == [] and by_pid(result["passed_over"])[orphan_pid]["reason"] == "young"
     failed, result = module_runner(vram_reaper, box.args(exclude_pids=[orphan_pid], force=True))
-    assert not failed and result["killed"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "excluded_pid"
+    assert not failed and result["killed"] == [] and by_pid(result["passed_over"])[orphan_pid]["reason"] == "excluded_pid"
     failed, result = module_runner(vram_reaper, box.args(exclude_users=["root"], force=True))
     assert not failed and result["killed"] == []
     failed, result = module_runner(vram_reaper, box.args(exclude_commands=["sleep"], force=True))
-    assert not failed and result["killed"] == [] and by_pid(result["skipped"])[orphan_pid]["reason"] == "excluded_command"
+    assert not failed and result["killed"] == [] and by_pid(result["passed_over"])[orphan_pid]["reason"] == "excluded_command"
     assert live.poll() is None
 
 
@@ -148,7 +148,7 @@ def test_protected_tree_is_never_killed(module_runner, box, tmp_path):
     for protect in ({"protect_pids": [job.pid]}, {"protect_pid_files": [str(pid_file)]}):
         failed, result = module_runner(vram_reaper, box.args(force=True, **protect))
         assert not failed and result["killed"] == [], result
-        assert by_pid(result["skipped"])[job_child]["reason"] == "protected"
+        assert by_pid(result["passed_over"])[job_child]["reason"] == "protected"
     assert procfs.pid_exists(job_child) and job.poll() is None
     failed, result = module_runner(vram_reaper, box.args(protect_pid_files=[str(tmp_path / "gone.pid")]))
     assert failed and "gone.pid" in result["msg"]
@@ -200,7 +200,7 @@ def test_self_and_parents_are_guarded(module_runner, box):
     try:
         failed, result = module_runner(vram_reaper, box.args(force=True, allow_unverified=True))
         assert not failed and result["killed"] == []
-        assert by_pid(result["skipped"])[os.getpid()]["reason"] == "self"
+        assert by_pid(result["passed_over"])[os.getpid()]["reason"] == "self"
     finally:
         handle.close()
 
