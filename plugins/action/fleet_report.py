@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import tempfile
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -18,6 +16,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_report
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 display = Display()
 
@@ -76,9 +75,9 @@ class ActionModule(ActionBase):
         if args["report_path"]:
             self._write_json(args["report_path"], report)
         if args["prom_path"]:
-            # world-readable: node_exporter usually runs as its own user
-            self._write_atomically(args["prom_path"], fleet_report.prometheus_text(rows, time.time()), ".prom.",
-                                   "Prometheus textfile", mode=0o644)
+            # written 0644: node_exporter usually runs as its own user
+            self._write_atomically(args["prom_path"], fleet_report.prometheus_text(rows, time.time()),
+                                   "Prometheus textfile")
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],
                       prom_path=args["prom_path"])
         if failing and args["fail_run"]:
@@ -109,26 +108,13 @@ class ActionModule(ActionBase):
         return record
 
     @staticmethod
-    def _write_atomically(path, text, prefix, what, mode=None):
-        """Write ``text`` to a temporary file next to ``path`` (not matching *.prom or *.json), then rename it."""
-        directory = os.path.dirname(os.path.abspath(path))
+    def _write_atomically(path, text, what):
         try:
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp_path = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-            try:
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(text)
-                if mode is not None:
-                    os.chmod(tmp_path, mode)
-                os.replace(tmp_path, path)
-            except BaseException:
-                os.unlink(tmp_path)
-                raise
+            write_atomic(path, text, make_dirs=True)
         except OSError as exc:
             raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
                 what, path, to_native(exc.strerror or exc), what))
 
     @classmethod
     def _write_json(cls, path, report):
-        cls._write_atomically(path, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", ".report.",
-                              "report")
+        cls._write_atomically(path, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", "report")

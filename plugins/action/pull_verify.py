@@ -12,30 +12,15 @@ import json
 import os
 import shlex
 import subprocess
-import tempfile
 
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
-
-
-def write_json_atomic(path, data):
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class ActionModule(ActionBase):
@@ -112,7 +97,7 @@ class ActionModule(ActionBase):
             "tool": TOOL,
             "problems": [],
         }
-        write_json_atomic(verified_path, record)
+        write_atomic(verified_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
         result.update(changed=True, verified=True, manifest_sha256=pulled_sha, file_count=len(manifest["files"]),
                       total_bytes=record["total_bytes"],
                       msg="pulled and verified %d file(s), %d bytes" % (len(manifest["files"]), record["total_bytes"]))

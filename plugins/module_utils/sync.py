@@ -18,7 +18,6 @@ object and exits 0 only when every selected file was copied (or was already iden
 from __future__ import annotations
 
 import argparse
-import errno
 import fnmatch
 import hashlib
 import json
@@ -28,6 +27,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import (
     check_budget,
     copy_needs,
@@ -110,13 +110,8 @@ def save_state(dest, items):
                                   "sha256": item["sha256"]}
         except OSError:
             continue
-    path = state_path(dest)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".state.", dir=os.path.dirname(path))
-        with os.fdopen(fd, "w") as handle:
-            json.dump(state, handle)
-        os.replace(tmp, path)
+        write_atomic(state_path(dest), json.dumps(state), mode=0o600, make_dirs=True)
     except OSError:
         pass
 
@@ -176,18 +171,6 @@ def missing_dirs(dest, items):
     if not os.path.isdir(dest) and os.path.lexists(dest):
         raise SyncError("dest %s exists and is not a directory" % dest)
     return sorted(needed, key=lambda path: (path.count(os.sep), path))
-
-
-def fsync_dir(path):
-    """Flush a directory's entries; filesystems that cannot fsync a directory are tolerated."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
 
 
 def make_dirs(dirs):

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic
+
+
+def test_writes_text_or_bytes_with_the_mode_and_no_temp_left(tmp_path):
+    target = tmp_path / "sub" / "report.json"
+    with pytest.raises(OSError):
+        atomic.write_atomic(str(target), "no parent")
+    atomic.write_atomic(str(target), '{"a": 1}\n', make_dirs=True)
+    assert target.read_text() == '{"a": 1}\n'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    atomic.write_atomic(str(target), b"new", mode=0o600)
+    assert target.read_bytes() == b"new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(os.listdir(target.parent)) == ["report.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    target = tmp_path / "PULL_MANIFEST.json"
+    target.write_text("old")
+
+    def broken_replace(_src, _dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        atomic.write_atomic(str(target), "new")
+    assert target.read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["PULL_MANIFEST.json"]
+
+
+def test_fsync_dir_tolerates_only_filesystems_that_cannot(tmp_path, monkeypatch):
+    atomic.fsync_dir(str(tmp_path))
+
+    def einval(_fd):
+        raise OSError(22, "Invalid argument")
+    monkeypatch.setattr(atomic.os, "fsync", einval)
+    atomic.fsync_dir(str(tmp_path))
+
+    def eio(_fd):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(atomic.os, "fsync", eio)
+    with pytest.raises(OSError):
+        atomic.fsync_dir(str(tmp_path))
