@@ -118,7 +118,6 @@ msg:
 
 import hashlib
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
