@@ -9,7 +9,9 @@ cold (the baseline with ControlPath=none; Ansible's ControlPersist masters are c
 tick from cron every few minutes does.
 
 Prints the median wall ratio (target <= 1.5) and the SSH executions per host of each (target for patrol: exactly
-1), the same tick with -e patrol_profile_check=true, then where patrol's time goes: Ansible's start-up, the profile validation play, and the probe play. Needs
+1), the same tick with -e patrol_profile_check=true, then where patrol's time goes: Ansible's start-up, Ansible's
+own floor (a ping play on every host: what any playbook costs before it does anything), the profile validation
+play, and the tick. On this one machine the controller and all 32 "remote" hosts share its cores. Needs
 root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default addresses.
 """
 
@@ -102,8 +104,13 @@ def profile_parts(inventory, state, tmp, repeat):
     profile = tmp / "profile_only.yml"
     profile.write_text("- name: Profile only\n  hosts: all\n  gather_facts: false\n  roles:\n"
                        "    - role: remote_gpu.trainer.profile\n")
-    parts = {"ansible-playbook start-up (empty local play)": empty, "+ profile validation of every host": profile,
-             "+ probe play and report (the whole tick)": None}
+    ping = tmp / "ping.yml"
+    ping.write_text("- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+                    "    - name: Ping\n      ansible.builtin.ping:\n")
+    parts = {"ansible-playbook start-up (empty local play)": empty,
+             "Ansible's floor: ansible.builtin.ping on every host": ping,
+             "the profile validation play alone": profile,
+             "the patrol tick": None}
     out = {}
     for label, playbook in parts.items():
         times = []
@@ -168,9 +175,9 @@ def main():
             " ".join("%.2f" % t for t in checked_times)))
         print("  an example line: %s" % rows[0]["line"])
         if not args.no_profile:
-            print("where patrol's time goes (median of %d, cumulative):" % args.repeat)
+            print("where patrol's time goes (median of %d, each measured alone):" % args.repeat)
             for label, seconds in profile_parts(inventory, state, tmp, args.repeat).items():
-                print("  %-48s %.2f s" % (label, seconds))
+                print("  %-52s %.2f s" % (label, seconds))
         return 0 if ours_per_host == [1] else 1
 
 
