@@ -171,3 +171,30 @@ def test_cli_finish_writes_status_atomically_and_exit_code(out, tmp_path):
     proc = _cli("finish", "--item", "001", "--exit-code", "5", "--started", "t0", "--output-dir", str(out),
                 "--status", str(status_file))
     assert proc.returncode == 5 and _cli("done", str(status_file)).returncode == 1
+
+
+def test_launch_ships_every_module_util_its_helpers_import():
+    """launch.yml copies a fixed list of module_utils to the box; the list must include everything they import."""
+    import pathlib
+    import re
+
+    import yaml
+
+    repo = pathlib.Path(__file__).resolve().parents[4]
+    plays = yaml.safe_load((repo / "playbooks" / "launch.yml").read_text())
+    shipped = None
+    stack = [plays]
+    while stack and shipped is None:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("name", "").startswith("Ship the sync and launch helpers"):
+                shipped = set(node["loop"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    assert shipped, "the shipping task was not found in launch.yml"
+    utils = repo / "plugins" / "module_utils"
+    for name in shipped:
+        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import (\w+))", (utils / name).read_text())
+        for module in {a or b for a, b in imports}:
+            assert module + ".py" in shipped, "%s imports %s, which launch.yml does not ship" % (name, module)
