@@ -1,6 +1,7 @@
 """Helpers for the lab fleet tests: start a fleet in a private state directory, SSH with its inventory."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -34,6 +35,16 @@ def run_fleet(args, state_dir, check=True, env=None, **kw):
     if check and p.returncode != 0:
         raise AssertionError(f"fleet {' '.join(args)} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
     return p
+
+
+@contextlib.contextmanager
+def started_fleet(state_dir, *up_args):
+    """``fleet up`` with ``up_args`` in ``state_dir``; always brought down again, also when a test fails."""
+    up = run_fleet(["up", *up_args], state_dir)
+    try:
+        yield Fleet(state_dir, up)
+    finally:
+        run_fleet(["down"], state_dir, check=False)
 
 
 class Fleet:

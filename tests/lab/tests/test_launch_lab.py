@@ -17,7 +17,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
-from conftest import REPO, Fleet, needs_root, run_fleet
+from conftest import REPO, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -43,13 +43,9 @@ HOSTS = ["lab-01", "lab-02", "lab-03"]
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    state = tmp_path_factory.mktemp("lab")
-    up = run_fleet(["up", "--size", "3", "--platform", "lab-03=autodl", "--region", "lab-03=B",
-                    "--variant", "lab-03=no-tmux"], state)
-    try:
-        yield Fleet(state, up)
-    finally:
-        run_fleet(["down"], state, check=False)
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "3", "--platform", "lab-03=autodl",
+                       "--region", "lab-03=B", "--variant", "lab-03=no-tmux") as lab:
+        yield lab
 
 
 @pytest.fixture(scope="module")

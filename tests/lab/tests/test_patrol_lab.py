@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, Fleet, needs_root, run_fleet
+from conftest import REPO, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -45,18 +45,13 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    state = tmp_path_factory.mktemp("lab")
-    up = run_fleet(["up", "--size", "7", "--variant", "lab-05=down", "--variant", "lab-06=slow",
-                    "--slow-seconds", "40"], state)
-    try:
-        lab = Fleet(state, up)
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "7", "--variant", "lab-05=down",
+                       "--variant", "lab-06=slow", "--slow-seconds", "40") as lab:
         for host, command in JOBS.items():
             rc, result = adhoc(lab, host, "remote_gpu.trainer.detached_job", {"name": "train", "command": command})
             assert rc == 0 and result["running"], result
         time.sleep(2)  # the first epochs and items are written
         yield lab
-    finally:
-        run_fleet(["down"], state, check=False)
 
 
 def ansible_env(**extra):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, Fleet, needs_root, run_fleet
+from conftest import REPO, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -15,13 +15,9 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    state = tmp_path_factory.mktemp("lab")
-    up = run_fleet(["up", "--size", "4", "--scenario", "lab-02=8xh100-hwslowdown", "--variant", "lab-03=down",
-                    "--scenario", "lab-04=xid13-gr-exception"], state)
-    try:
-        yield Fleet(state, up)
-    finally:
-        run_fleet(["down"], state, check=False)
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "4", "--scenario", "lab-02=8xh100-hwslowdown",
+                       "--variant", "lab-03=down", "--scenario", "lab-04=xid13-gr-exception") as lab:
+        yield lab
 
 
 def preflight(fleet, tmp_path, *args):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import REPO, Fleet, needs_root, run_fleet
+from conftest import REPO, needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -23,12 +23,9 @@ ORPHAN = ("setsid -f bash -c 'exec 3</dev/nvidia0; echo $$ > /tmp/orphan.pid; ex
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    state = tmp_path_factory.mktemp("lab")
-    up = run_fleet(["up", "--size", "2", "--scenario", "all=h100-idle"], state)  # idle: no captured processes
-    try:
-        yield Fleet(state, up)
-    finally:
-        run_fleet(["down"], state, check=False)
+    # idle: no captured processes
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "2", "--scenario", "all=h100-idle") as lab:
+        yield lab
 
 
 def ansible(fleet, host, module, args, *extra):
