@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.diskusage import top_inode_consumers  # noqa: E402
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.inode_check import top_inode_consumers  # noqa: E402
 
 
 def build_tree(root, files):

@@ -10,37 +10,28 @@ import datetime
 import hashlib
 import json
 import os
-import shlex
-import subprocess
 
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
+from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+
+SPEC = argument_spec(DOCUMENTATION)
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("src", "manifest_path", "manifest_sha256", "run_id", "pull_root", "allow_extra",
-                             "pull", "use_torch", "timeout"))
+    _VALID_ARGS = frozenset(SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=dict(
-            src=dict(type="str", required=True),
-            manifest_path=dict(type="str", required=True),
-            manifest_sha256=dict(type="str", required=True),
-            run_id=dict(type="str", required=True),
-            pull_root=dict(type="path", default="pulls"),
-            allow_extra=dict(type="bool", default=False),
-            pull=dict(type="bool", default=True),
-            use_torch=dict(type="bool", default=True),
-            timeout=dict(type="int", default=3600),
-        ))
+        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
         host = task_vars["inventory_hostname"]
         try:
             dest = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])
@@ -106,31 +97,9 @@ class ActionModule(ActionBase):
     def _rsync(self, remote, local, recursive, timeout, task_vars):
         """Resumable rsync from the box; returns an error message or None."""
         flags = ["-a", "--partial", "--partial-dir=.rsync-partial"] + (["--delete"] if recursive else [])
-        conn = self._connection
-        if conn.transport in ("local", "ansible.builtin.local"):
-            source = remote
-            ssh = []
-        else:
-            user = conn.get_option("remote_user") or task_vars.get("ansible_user")
-            address = conn.get_option("host")
-            source = "%s%s:%s" % ((user + "@") if user else "", address, remote)
-            ssh_argv = ["ssh", "-o", "BatchMode=yes"]
-            if conn.get_option("port"):
-                ssh_argv += ["-p", str(conn.get_option("port"))]
-            if conn.get_option("private_key_file"):
-                ssh_argv += ["-i", os.path.expanduser(conn.get_option("private_key_file"))]
-            for option in ("ssh_common_args", "ssh_extra_args"):
-                ssh_argv += shlex.split(conn.get_option(option) or "")
-            ssh = ["-e", " ".join(shlex.quote(a) for a in ssh_argv)]
-        argv = ["rsync"] + flags + ssh + [source, local]
-        env = dict(os.environ, **C_LOCALE)
+        target = rsync.Target.from_connection(self._connection, task_vars)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-        except FileNotFoundError:
-            return "rsync is not installed on the controller: install it (apt-get install rsync) and run again"
-        except subprocess.TimeoutExpired:
-            return "rsync of %s did not finish within %d s; run again: --partial resumes where it stopped" % (remote, timeout)
-        if proc.returncode != 0:
-            return "rsync of %s failed (exit %d): %s. Run again: --partial resumes where it stopped" % (
-                remote, proc.returncode, proc.stderr.strip()[-500:])
+            rsync.run_rsync(rsync.rsync_argv(flags, target, remote, local, pushing=False), timeout, remote)
+        except rsync.RsyncError as exc:
+            return str(exc)
         return None

@@ -11,22 +11,19 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.modules.teardown_gate import DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+
+SPEC = argument_spec(DOCUMENTATION)
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("run_id", "pull_root", "manifest_sha256", "approve", "command", "reason"))
+    _VALID_ARGS = frozenset(SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=dict(
-            run_id=dict(type="str", required=True),
-            pull_root=dict(type="path", default="pulls"),
-            manifest_sha256=dict(type="str", default=""),
-            approve=dict(type="raw"),
-            command=dict(type="list", elements="str", default=[]),
-            reason=dict(type="str", default=""),
-        ))
+        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
         host = task_vars["inventory_hostname"]
         approvals, approval_error = teardown.parse_approvals(args["approve"])
         try:

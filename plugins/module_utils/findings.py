@@ -2,12 +2,23 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Findings shared by every probe: a level, a stable code, the evidence and an action."""
+"""The one vocabulary of findings: a level, a stable code, the evidence and an action.
+
+Every probe (modules, GPU checks, the fleet reports) ranks levels with ``rank`` and picks its verdict with
+``worst``: the ranking is defined here and nowhere else.
+"""
 
 from __future__ import annotations
 
 LEVELS = ("PASS", "INFO", "WARN", "FAIL")
-_RANK = {name: rank for rank, name in enumerate(LEVELS)}
+# INFO ranks with PASS: it informs, it never changes a verdict.
+_RANK = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
+FAIL_ON_CHOICES = ("FAIL", "WARN", "never")
+
+
+def rank(level):
+    """0 for PASS and INFO (and anything unknown), 1 for WARN, 2 for FAIL."""
+    return _RANK.get(level, 0)
 
 
 def finding(level, code, message, action, **extra):
@@ -19,14 +30,47 @@ def finding(level, code, message, action, **extra):
     return result
 
 
+def verdict(levels):
+    """The verdict for an iterable of levels: PASS, WARN or FAIL (INFO counts as PASS)."""
+    return ("PASS", "WARN", "FAIL")[max((rank(level) for level in levels), default=0)]
+
+
 def worst(findings):
     """The verdict for a list of findings: PASS, WARN or FAIL (INFO counts as PASS)."""
-    rank = max((_RANK[f["level"]] for f in findings), default=0)
-    return "PASS" if rank <= _RANK["INFO"] else LEVELS[rank]
+    return verdict(f.get("level") for f in findings)
+
+
+def worst_finding(findings):
+    """The finding with the highest level (the first one on ties), or None when there is none."""
+    best = None
+    for item in findings:
+        if best is None or rank(item.get("level")) > rank(best.get("level")):
+            best = item
+    return best
+
+
+def sort_findings(findings, *keys):
+    """Findings worst first; ``keys`` are further sort keys (functions of a finding) for ties."""
+    return sorted(findings, key=lambda f: (-rank(f.get("level")),) + tuple(key(f) for key in keys))
 
 
 def at_or_above(status, threshold):
     """True when ``status`` reaches ``threshold`` (FAIL, WARN, or never)."""
     if threshold == "never":
         return False
-    return _RANK[status] >= _RANK[threshold]
+    return rank(status) >= rank(threshold)
+
+
+def finding_message(item):
+    """``code: message``, the one-line form of a finding used in failure messages."""
+    return "%s: %s" % (item["code"], item["message"])
+
+
+def exit_by_fail_on(module, result, fail_on, message=finding_message):
+    """End a module: fail when ``result['status']`` reaches ``fail_on`` (with the worst finding as the message),
+    else exit. ``result`` holds the same keys either way, and ``changed`` defaults to False."""
+    result.setdefault("changed", False)
+    if at_or_above(result["status"], fail_on):
+        top = worst_finding(result.get("findings") or [])
+        module.fail_json(msg=message(top) if top else "status %s" % result["status"], **result)
+    module.exit_json(**result)

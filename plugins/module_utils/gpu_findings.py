@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import re
 
-LEVELS = ("INFO", "WARN", "FAIL")
-_RANK = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, verdict
+
 
 # Reasons that mean the hardware or the thermal controller is holding clocks down.
 THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
@@ -69,12 +69,6 @@ DEFAULTS = {
 DEFAULT_STOP_HINT = "stop the instance in the provider's console"
 
 XID_CODES = {"fatal": ("xid_fatal", "FAIL"), "app_fault": ("xid_app_fault", "WARN"), "info": ("xid_info", "INFO")}
-
-
-def worst(levels):
-    """Worst of INFO/WARN/FAIL/PASS values as a verdict: PASS, WARN or FAIL."""
-    rank = max([_RANK.get(level, 0) for level in levels] or [0])
-    return ("PASS", "WARN", "FAIL")[rank]
 
 
 def stop_hint(options):
@@ -354,15 +348,7 @@ def evaluate(gpus, samples=(), events=(), options=None, extra_findings=()):
         for check in GPU_CHECKS:
             findings.extend(check(gpu, obs, opts))
     findings.extend(xid_findings(gpus, events, opts))
-    verdicts = dict((gpu["index"], worst(f["level"] for f in findings if f["gpu"] == gpu["index"])) for gpu in gpus)
-    findings.sort(key=lambda f: (-_RANK[f["level"]], f["gpu"] if f["gpu"] is not None else -1, f["code"]))
-    return {"status": worst(f["level"] for f in findings), "findings": findings, "gpu_verdicts": verdicts}
+    verdicts = dict((gpu["index"], verdict(f["level"] for f in findings if f["gpu"] == gpu["index"])) for gpu in gpus)
+    findings.sort(key=lambda f: (-rank(f["level"]), f["gpu"] if f["gpu"] is not None else -1, f["code"]))
+    return {"status": verdict(f["level"] for f in findings), "findings": findings, "gpu_verdicts": verdicts}
 
-
-def worst_finding(findings):
-    """The finding with the highest level (first one on ties), or None."""
-    best = None
-    for finding in findings:
-        if best is None or _RANK[finding["level"]] > _RANK[best["level"]]:
-            best = finding
-    return best

@@ -179,7 +179,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
 
 DISK_REFUSE_PCT = 99
@@ -287,8 +287,8 @@ def check_disks(paths):
         if st.f_fsid in seen and st.f_fsid:
             continue
         seen.add(st.f_fsid)
-        usage = diskusage.usage_from_statvfs(probe, st)
-        problems.extend(f for f in diskusage.threshold_findings(usage, DISK_REFUSE_PCT, DISK_REFUSE_PCT)
+        usage = inode_check.usage_from_statvfs(probe, st)
+        problems.extend(f for f in inode_check.threshold_findings(usage, DISK_REFUSE_PCT, DISK_REFUSE_PCT)
                         if f["level"] == "FAIL")
     if problems:
         raise JobError("refusing to start: %s. %s" % (

@@ -127,9 +127,9 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import envaudit
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_audit
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
 
 def read(path):
@@ -142,7 +142,7 @@ def read(path):
 
 def cgroup_dirs(root):
     """The cgroup v2 directories from this process's cgroup up to the root (limits may sit on a parent)."""
-    rel = envaudit.cgroup_v2_path(read("/proc/self/cgroup") or "")
+    rel = env_audit.cgroup_v2_path(read("/proc/self/cgroup") or "")
     if rel is None or not os.path.exists(os.path.join(root, "cgroup.controllers")):
         return None
     dirs, current = [], os.path.normpath(os.path.join(root, rel.lstrip("/")))
@@ -169,27 +169,27 @@ def gather_cgroup(root):
     if dirs:
         info["version"] = 2
         leaf = dirs[0]
-        info["memory_max"] = smallest(envaudit.parse_limit(read(os.path.join(d, "memory.max")) or "max") for d in dirs)
+        info["memory_max"] = smallest(env_audit.parse_limit(read(os.path.join(d, "memory.max")) or "max") for d in dirs)
         current = read(os.path.join(leaf, "memory.current"))
         info["memory_current"] = int(current) if current and current.strip().isdigit() else None
-        events = envaudit.parse_keyed(read(os.path.join(leaf, "memory.events")) or "")
+        events = env_audit.parse_keyed(read(os.path.join(leaf, "memory.events")) or "")
         info["oom_kills"] = events.get("oom_kill")
-        info["cpu_quota"] = smallest(envaudit.parse_cpu_max(read(os.path.join(d, "cpu.max")) or "max") for d in dirs)
+        info["cpu_quota"] = smallest(env_audit.parse_cpu_max(read(os.path.join(d, "cpu.max")) or "max") for d in dirs)
     elif os.path.isdir(os.path.join(root, "memory")):
         info["version"] = 1
-        info["memory_max"] = envaudit.parse_limit(read(os.path.join(root, "memory", "memory.limit_in_bytes")) or "max")
+        info["memory_max"] = env_audit.parse_limit(read(os.path.join(root, "memory", "memory.limit_in_bytes")) or "max")
         usage = read(os.path.join(root, "memory", "memory.usage_in_bytes"))
         info["memory_current"] = int(usage) if usage and usage.strip().isdigit() else None
-        info["oom_kills"] = envaudit.parse_keyed(read(os.path.join(root, "memory", "memory.oom_control")) or "").get("oom_kill")
+        info["oom_kills"] = env_audit.parse_keyed(read(os.path.join(root, "memory", "memory.oom_control")) or "").get("oom_kill")
         quota = read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
         period = read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
         if quota and period:
-            info["cpu_quota"] = envaudit.cpu_quota_v1(quota, period)
+            info["cpu_quota"] = env_audit.cpu_quota_v1(quota, period)
     return info
 
 
 def probe_torch(timeout):
-    rc, out, err = run_with_timeout([sys.executable, "-c", envaudit.TORCH_PROBE], timeout)
+    rc, out, err = run_with_timeout([sys.executable, "-c", env_audit.TORCH_PROBE], timeout)
     if rc is None:
         return {"torch": None, "error": "the torch import did not finish within %d s" % timeout}
     try:
@@ -201,12 +201,12 @@ def probe_torch(timeout):
 def audit(params):
     findings = []
     cgroup = gather_cgroup(params["cgroup_root"])
-    findings.extend(envaudit.memory_findings(cgroup["memory_max"], cgroup["memory_current"], cgroup["oom_kills"]))
-    cpu, threads = envaudit.cpu_findings(cgroup["cpu_quota"], cgroup["host_cpus"], cgroup["affinity_cpus"])
+    findings.extend(env_audit.memory_findings(cgroup["memory_max"], cgroup["memory_current"], cgroup["oom_kills"]))
+    cpu, threads = env_audit.cpu_findings(cgroup["cpu_quota"], cgroup["host_cpus"], cgroup["affinity_cpus"])
     cgroup["recommended_threads"] = threads
     findings.extend(cpu)
     torch = probe_torch(params["torch_timeout"]) if params["torch"] else None
-    findings.extend(envaudit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
+    findings.extend(env_audit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
     hook = {"path": params["proxy_hook"] or None, "present": None}
     if params["proxy_hook"]:
         hook["present"] = os.path.isfile(params["proxy_hook"])
@@ -234,10 +234,7 @@ def main():
         supports_check_mode=True,
     )
     result = audit(module.params)
-    if at_or_above(result["status"], module.params["fail_on"]):
-        top = next(f for f in result["findings"] if f["level"] == result["status"])
-        module.fail_json(msg="%s: %s" % (top["code"], top["message"]), changed=False, **result)
-    module.exit_json(changed=False, **result)
+    exit_by_fail_on(module, result, module.params["fail_on"])
 
 
 if __name__ == "__main__":

@@ -234,8 +234,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings im
     evaluate,
     kernel_log_unreadable,
     smi_timeout,
-    worst_finding,
 )
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import (
     SAMPLE_FIELDS,
     NvidiaSmiParseError,
@@ -250,7 +250,6 @@ KILL_GRACE_SECONDS = 2
 MAX_XID_EVENTS = 200
 JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
 _REJECTED_FIELD_RE = re.compile(r"field\s+[\"']([^\"']+)[\"']\s+is not a valid field", re.I)
-_STATUS_RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
 
 ARGUMENT_SPEC = dict(
     expected_count=dict(type="int"),
@@ -442,10 +441,7 @@ def main():
         cuda_version=parsed["cuda_version"] if parsed else None,
         samples=runs,
     )
-    fail_on = params["fail_on"]
-    if fail_on != "never" and _STATUS_RANK[result["status"]] >= _STATUS_RANK[fail_on]:
-        module.fail_json(msg=worst_finding(result["findings"])["message"], **result)
-    module.exit_json(**result)
+    exit_by_fail_on(module, result, params["fail_on"], message=lambda top: top["message"])
 
 
 if __name__ == "__main__":

@@ -185,8 +185,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, worst
 
 
 def build_module():
@@ -215,9 +215,9 @@ def build_module():
 
 def usage_of(path):
     try:
-        return diskusage.usage_from_statvfs(path, os.statvfs(path))
+        return inode_check.usage_from_statvfs(path, os.statvfs(path))
     except (FileNotFoundError, NotADirectoryError):
-        return diskusage.missing_usage(path)
+        return inode_check.missing_usage(path)
 
 
 def run(params):
@@ -235,8 +235,8 @@ def run(params):
             return None, "cannot read filesystem statistics of %s: %s" % (path, exc.strerror)
         usage["top"], usage["top_errors"] = [], []
         if usage["exists"] and params["top"] and os.path.isdir(path):
-            usage["top"], usage["top_errors"] = diskusage.top_inode_consumers(path, params["top"])
-        findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+            usage["top"], usage["top_errors"] = inode_check.top_inode_consumers(path, params["top"])
+        findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
         reports.append(usage)
     for budget in params["budgets"]:
         try:
@@ -244,14 +244,14 @@ def run(params):
         except OSError as exc:
             return None, "cannot read filesystem statistics of %s: %s" % (budget["path"], exc.strerror)
         if not usage["exists"]:
-            findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+            findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
             continue
-        findings.extend(diskusage.budget_findings(usage, budget["label"], budget["bytes"], budget["inodes"]))
+        findings.extend(inode_check.budget_findings(usage, budget["label"], budget["bytes"], budget["inodes"]))
     hf_cache = None
     if params["hf_cache"]:
         home = os.path.expanduser("~")
-        hf_cache = diskusage.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
-        findings.extend(diskusage.hf_cache_findings(hf_cache, params["hf_cache_warn_gib"] * 1024 ** 3))
+        hf_cache = inode_check.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
+        findings.extend(inode_check.hf_cache_findings(hf_cache, params["hf_cache_warn_gib"] * 1024 ** 3))
     return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}, None
 
 
@@ -261,10 +261,7 @@ def main():
     result, error = run(module.params)
     if error:
         module.fail_json(msg=error, changed=False, **empty)
-    if at_or_above(result["status"], module.params["fail_on"]):
-        worst_finding = next(f for f in result["findings"] if f["level"] == result["status"])
-        module.fail_json(msg="%s: %s" % (worst_finding["code"], worst_finding["message"]), changed=False, **result)
-    module.exit_json(changed=False, **result)
+    exit_by_fail_on(module, result, module.params["fail_on"])
 
 
 if __name__ == "__main__":

@@ -211,8 +211,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE, run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage, jobs, procfs
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import at_or_above, finding, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
@@ -369,9 +369,9 @@ def query_gpus(module, timeout):
 
 def usage_of(path):
     try:
-        return diskusage.usage_from_statvfs(path, os.statvfs(path))
+        return inode_check.usage_from_statvfs(path, os.statvfs(path))
     except (FileNotFoundError, NotADirectoryError):
-        return diskusage.missing_usage(path)
+        return inode_check.missing_usage(path)
 
 
 def run(module):
@@ -392,11 +392,11 @@ def run(module):
         try:
             usage = usage_of(path)
         except OSError as exc:
-            usage = diskusage.missing_usage(path)
+            usage = inode_check.missing_usage(path)
             findings.append(finding("WARN", "path_unreadable", "cannot statvfs %s: %s" % (path, exc.strerror),
                                     "Check the mount.", path=path))
         else:
-            findings.extend(diskusage.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+            findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
         usages.append(usage)
     gpus = None
     if params["gpu"]:
@@ -415,10 +415,7 @@ def main():
         result = run(module)
     except ValueError as exc:
         module.fail_json(msg=str(exc), changed=False, **empty)
-    if at_or_above(result["status"], module.params["fail_on"]):
-        worst_finding = next(f for f in result["findings"] if f["level"] == result["status"])
-        module.fail_json(msg="%s: %s" % (worst_finding["code"], worst_finding["message"]), changed=False, **result)
-    module.exit_json(changed=False, **result)
+    exit_by_fail_on(module, result, module.params["fail_on"])
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings as gf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import xid
@@ -302,11 +303,11 @@ def test_default_stop_hint():
 
 
 def test_worst_and_sorting():
-    assert gf.worst([]) == "PASS"
-    assert gf.worst(["INFO"]) == "PASS"
-    assert gf.worst(["INFO", "WARN"]) == "WARN"
-    assert gf.worst(["WARN", "FAIL", "INFO"]) == "FAIL"
+    assert findings.verdict([]) == "PASS"
+    assert findings.verdict(["INFO"]) == "PASS"
+    assert findings.verdict(["INFO", "WARN"]) == "WARN"
+    assert findings.verdict(["WARN", "FAIL", "INFO"]) == "FAIL"
     result = run(gpus_of(H100_8X), extra=[gf.kernel_log_unreadable("x", {})])
     levels = [f["level"] for f in result["findings"]]
-    assert levels == sorted(levels, key=lambda level: -gf._RANK[level])
-    assert gf.worst_finding(result["findings"])["level"] == "FAIL"
+    assert levels == sorted(levels, key=lambda level: -findings.rank(level))
+    assert findings.worst_finding(result["findings"])["level"] == "FAIL"

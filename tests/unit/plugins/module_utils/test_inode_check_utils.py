@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import diskusage
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check
 
 
 class FakeStatvfs:
@@ -25,14 +25,14 @@ def codes(found):
 
 
 def test_percent_rounds_up_like_df():
-    assert diskusage.percent(1, 199) == 1
-    assert diskusage.percent(0, 100) == 0
-    assert diskusage.percent(91, 9) == 91
-    assert diskusage.percent(0, 0) is None
+    assert inode_check.percent(1, 199) == 1
+    assert inode_check.percent(0, 100) == 0
+    assert inode_check.percent(91, 9) == 91
+    assert inode_check.percent(0, 0) is None
 
 
 def test_usage_reports_bytes_and_inodes():
-    usage = diskusage.usage_from_statvfs("/d", FakeStatvfs(1000, 400, 300, 200000, 18000, 18000))
+    usage = inode_check.usage_from_statvfs("/d", FakeStatvfs(1000, 400, 300, 200000, 18000, 18000))
     assert usage["bytes_total"] == 1000 * 4096
     assert usage["bytes_used"] == 600 * 4096
     assert usage["bytes_free"] == 300 * 4096
@@ -42,46 +42,46 @@ def test_usage_reports_bytes_and_inodes():
 
 
 def test_filesystem_without_inodes_reports_none_and_no_inode_finding():
-    usage = diskusage.usage_from_statvfs("/btrfs", FakeStatvfs(1000, 900, 900, 0, 0, 0))
+    usage = inode_check.usage_from_statvfs("/btrfs", FakeStatvfs(1000, 900, 900, 0, 0, 0))
     assert usage["inodes_total"] is None and usage["inodes_pct"] is None
-    assert diskusage.threshold_findings(usage, 85, 95) == []
+    assert inode_check.threshold_findings(usage, 85, 95) == []
 
 
 def test_inodes_high_warns_while_bytes_are_fine():
-    usage = diskusage.usage_from_statvfs("/root/autodl-fs", FakeStatvfs(1000, 700, 700, 200000, 18000, 18000))
-    found = diskusage.threshold_findings(usage, 85, 95)
+    usage = inode_check.usage_from_statvfs("/root/autodl-fs", FakeStatvfs(1000, 700, 700, 200000, 18000, 18000))
+    found = inode_check.threshold_findings(usage, 85, 95)
     assert codes(found) == ["inodes_high"]
     assert found[0]["level"] == "WARN"
     assert "18000 free of 200000" in found[0]["message"]
 
 
 def test_inodes_exhausted_at_fail_threshold_and_at_zero_free():
-    at_fail = diskusage.usage_from_statvfs("/fs", FakeStatvfs(1000, 700, 700, 1000, 40, 40))
-    assert [(f["code"], f["level"]) for f in diskusage.threshold_findings(at_fail, 85, 95)] == [("inodes_exhausted", "FAIL")]
-    zero = diskusage.usage_from_statvfs("/fs", FakeStatvfs(1000, 700, 700, 10 ** 9, 0, 0))
-    assert codes(diskusage.threshold_findings(zero, 85, 95)) == ["inodes_exhausted"]
+    at_fail = inode_check.usage_from_statvfs("/fs", FakeStatvfs(1000, 700, 700, 1000, 40, 40))
+    assert [(f["code"], f["level"]) for f in inode_check.threshold_findings(at_fail, 85, 95)] == [("inodes_exhausted", "FAIL")]
+    zero = inode_check.usage_from_statvfs("/fs", FakeStatvfs(1000, 700, 700, 10 ** 9, 0, 0))
+    assert codes(inode_check.threshold_findings(zero, 85, 95)) == ["inodes_exhausted"]
 
 
 def test_bytes_high_levels():
-    warn = diskusage.usage_from_statvfs("/d", FakeStatvfs(100, 10, 10, 100, 90, 90))
-    assert [(f["code"], f["level"]) for f in diskusage.threshold_findings(warn, 85, 95)] == [("bytes_high", "WARN")]
-    fail = diskusage.usage_from_statvfs("/d", FakeStatvfs(100, 2, 2, 100, 90, 90))
-    assert [(f["code"], f["level"]) for f in diskusage.threshold_findings(fail, 85, 95)] == [("bytes_high", "FAIL")]
+    warn = inode_check.usage_from_statvfs("/d", FakeStatvfs(100, 10, 10, 100, 90, 90))
+    assert [(f["code"], f["level"]) for f in inode_check.threshold_findings(warn, 85, 95)] == [("bytes_high", "WARN")]
+    fail = inode_check.usage_from_statvfs("/d", FakeStatvfs(100, 2, 2, 100, 90, 90))
+    assert [(f["code"], f["level"]) for f in inode_check.threshold_findings(fail, 85, 95)] == [("bytes_high", "FAIL")]
 
 
 def test_missing_path_is_a_finding():
-    found = diskusage.threshold_findings(diskusage.missing_usage("/nope"), 85, 95)
+    found = inode_check.threshold_findings(inode_check.missing_usage("/nope"), 85, 95)
     assert codes(found) == ["path_missing"]
     assert found[0]["path"] == "/nope"
 
 
 def test_budget_findings_name_the_numbers():
-    usage = diskusage.usage_from_statvfs("/fs", FakeStatvfs(1000, 500, 500, 1000, 830, 830))
-    found = diskusage.budget_findings(usage, "export", 10 * 1000 * 4096, 1200)
+    usage = inode_check.usage_from_statvfs("/fs", FakeStatvfs(1000, 500, 500, 1000, 830, 830))
+    found = inode_check.budget_findings(usage, "export", 10 * 1000 * 4096, 1200)
     assert codes(found) == ["budget_bytes_short", "budget_inodes_short"]
     inode_msg = [f["message"] for f in found if f["code"] == "budget_inodes_short"][0]
     assert "1200" in inode_msg and "830 free" in inode_msg
-    assert diskusage.budget_findings(usage, "small", 4096, 10) == []
+    assert inode_check.budget_findings(usage, "small", 4096, 10) == []
 
 
 def make_tree(root):
@@ -97,7 +97,7 @@ def make_tree(root):
 
 def test_top_consumers_match_du_inodes(tmp_path):
     make_tree(tmp_path)
-    rows, errors = diskusage.top_inode_consumers(str(tmp_path), 10)
+    rows, errors = inode_check.top_inode_consumers(str(tmp_path), 10)
     assert errors == []
     assert rows[0]["path"] == str(tmp_path / "many")
     ours = {row["path"]: row["inodes"] for row in rows}
@@ -115,9 +115,9 @@ def test_top_consumers_match_du_inodes(tmp_path):
 
 def test_top_consumers_limit_and_unreadable_root(tmp_path):
     make_tree(tmp_path)
-    rows, _errors = diskusage.top_inode_consumers(str(tmp_path), 1)
+    rows, _errors = inode_check.top_inode_consumers(str(tmp_path), 1)
     assert len(rows) == 1
-    rows, errors = diskusage.top_inode_consumers(str(tmp_path / "absent"), 3)
+    rows, errors = inode_check.top_inode_consumers(str(tmp_path / "absent"), 3)
     assert rows == [] and "absent" in errors[0]
 
 
@@ -128,7 +128,7 @@ def test_150k_file_directory_is_the_top_consumer(tmp_path):
         os.close(os.open(str(big / ("%06d.png" % i)), os.O_CREAT | os.O_WRONLY, 0o644))
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "last.pt").write_bytes(b"z")
-    rows, _errors = diskusage.top_inode_consumers(str(tmp_path), 3)
+    rows, _errors = inode_check.top_inode_consumers(str(tmp_path), 3)
     assert rows[0] == {"path": str(big), "inodes": 150001}
 
 
@@ -142,7 +142,7 @@ def test_hf_cache_symlink_onto_another_directory(tmp_path):
     home = tmp_path / "home"
     (home / ".cache").mkdir(parents=True)
     os.symlink(target, home / ".cache" / "huggingface")
-    report = diskusage.hf_cache_report(str(home / ".cache" / "huggingface"), str(home))
+    report = inode_check.hf_cache_report(str(home / ".cache" / "huggingface"), str(home))
     assert report["exists"] and report["is_symlink"]
     assert report["target"] == str(target)
     assert report["bytes"] == 1234 and report["files"] == 1
@@ -151,23 +151,23 @@ def test_hf_cache_symlink_onto_another_directory(tmp_path):
 
 
 def test_hf_cache_absent_and_dangling(tmp_path):
-    assert diskusage.hf_cache_report(str(tmp_path / "none"), str(tmp_path))["exists"] is False
+    assert inode_check.hf_cache_report(str(tmp_path / "none"), str(tmp_path))["exists"] is False
     os.symlink(tmp_path / "gone", tmp_path / "dangling")
-    report = diskusage.hf_cache_report(str(tmp_path / "dangling"), str(tmp_path))
+    report = inode_check.hf_cache_report(str(tmp_path / "dangling"), str(tmp_path))
     assert report["is_symlink"] and not report["exists"]
 
 
 def test_hf_cache_large_only_on_the_home_filesystem():
     report = {"path": "/root/.cache/huggingface", "exists": True, "bytes": 12 * 1024 ** 3, "other_filesystem": False,
               "models": [{"name": "models--meta-llama--Llama-3.1-8B", "bytes": 11 * 1024 ** 3}]}
-    found = diskusage.hf_cache_findings(report, 10 * 1024 ** 3)
+    found = inode_check.hf_cache_findings(report, 10 * 1024 ** 3)
     assert codes(found) == ["hf_cache_large"] and "Llama-3.1-8B" in found[0]["message"]
-    assert diskusage.hf_cache_findings(dict(report, other_filesystem=True), 10 * 1024 ** 3) == []
-    assert diskusage.hf_cache_findings(dict(report, bytes=1024), 10 * 1024 ** 3) == []
-    assert diskusage.hf_cache_findings(None, 1) == []
+    assert inode_check.hf_cache_findings(dict(report, other_filesystem=True), 10 * 1024 ** 3) == []
+    assert inode_check.hf_cache_findings(dict(report, bytes=1024), 10 * 1024 ** 3) == []
+    assert inode_check.hf_cache_findings(None, 1) == []
 
 
 def test_human_bytes():
-    assert diskusage.human_bytes(512) == "512 B"
-    assert diskusage.human_bytes(1536) == "1.5 KiB"
-    assert diskusage.human_bytes(5 * 1024 ** 3) == "5.0 GiB"
+    assert inode_check.human_bytes(512) == "512 B"
+    assert inode_check.human_bytes(1536) == "1.5 KiB"
+    assert inode_check.human_bytes(5 * 1024 ** 3) == "5.0 GiB"
