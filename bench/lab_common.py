@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 
+import yaml
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FLEET = REPO / "tests" / "lab" / "fleet"
 SEEDS = REPO / "tests" / "fixtures" / "seeds" / "scripts.txt"
@@ -51,6 +53,25 @@ def lab_fleet(size, *args):
     finally:
         subprocess.run([str(FLEET), "down"], env=env, check=False, capture_output=True)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def fleet_hosts(inventory):
+    """(common vars, {host name: host vars}) of a lab fleet's inventory."""
+    inv = yaml.safe_load(inventory.read_text())
+    return inv["all"]["vars"], inv["all"]["children"]["lab"]["hosts"]
+
+
+def fleet_addresses(inventory):
+    """The addresses (ansible_host) of the hosts in a lab fleet's inventory."""
+    return {h["ansible_host"] for h in fleet_hosts(inventory)[1].values()}
+
+
+def round_dirs(tmp, round_no):
+    """Two new folders for one interleaved round: the baseline's and ours (each gets its own counting ssh)."""
+    dirs = tmp / ("seed%d" % round_no), tmp / ("ours%d" % round_no)
+    for directory in dirs:
+        directory.mkdir()
+    return dirs
 
 
 def counting_ssh(directory):

@@ -27,11 +27,10 @@ import subprocess
 import sys
 import tempfile
 
-import yaml
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import REPO, VENV_BIN, counting_ssh, executions_per_host, lab_fleet, seed_script, timed  # noqa: E402
+from lab_common import (REPO, VENV_BIN, counting_ssh, executions_per_host, fleet_addresses, fleet_hosts,  # noqa: E402
+                        lab_fleet, round_dirs, seed_script, timed)
 
 JOB = ('for i in 001 002 003; do mkdir -p "$TRAINER_ITEMS_DIR/$i" && printf \'{"item": "%s", "exit_code": 0}\\n\' '
        '"$i" > "$TRAINER_ITEMS_DIR/$i/status.json"; done; '
@@ -71,9 +70,7 @@ def close_masters(state):
 
 
 def run_seed(inventory, wrapper, probe):
-    inv = yaml.safe_load(inventory.read_text())
-    common = inv["all"]["vars"]
-    hosts = inv["all"]["children"]["lab"]["hosts"]
+    common, hosts = fleet_hosts(inventory)
     words = common["ansible_ssh_common_args"].split()
     options = [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath") for w in pair]
 
@@ -131,15 +128,12 @@ def main():
     probe = seed_probe()
     with lab_fleet(args.hosts) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        inv = yaml.safe_load(inventory.read_text())
-        addresses = {h["ansible_host"] for h in inv["all"]["children"]["lab"]["hosts"].values()}
+        addresses = fleet_addresses(inventory)
         start_jobs(inventory)
         seed_times, ours_times, seed_counts, ours_counts, codes, rcs = [], [], [], [], set(), set()
         checked_times = []
         for round_no in range(args.repeat):  # interleaved, so both see the same machine state
-            seed_dir, ours_dir = tmp / ("seed%d" % round_no), tmp / ("ours%d" % round_no)
-            seed_dir.mkdir()
-            ours_dir.mkdir()
+            seed_dir, ours_dir = round_dirs(tmp, round_no)
             wrapper, log = counting_ssh(seed_dir)
             seconds, results = timed(lambda: run_seed(inventory, wrapper, probe))
             seed_times.append(seconds)

@@ -18,17 +18,14 @@ import subprocess
 import sys
 import tempfile
 
-import yaml
-
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import REPO, VENV_BIN, counting_ssh, executions_per_host, lab_fleet, seed_script, timed  # noqa: E402
+from lab_common import (REPO, VENV_BIN, counting_ssh, executions_per_host, fleet_addresses, fleet_hosts,  # noqa: E402
+                        lab_fleet, round_dirs, seed_script, timed)
 
 
 def run_seed(inventory, wrapper, script):
-    inv = yaml.safe_load(inventory.read_text())
-    common = inv["all"]["vars"]
-    hosts = inv["all"]["children"]["lab"]["hosts"]
+    common, hosts = fleet_hosts(inventory)
 
     def one(host):
         argv = [str(wrapper), "-i", common["ansible_ssh_private_key_file"], *common["ansible_ssh_common_args"].split(),
@@ -55,13 +52,10 @@ def main():
     script = seed_script("gpu_health.sh")
     with lab_fleet(args.hosts) as (inventory, _state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        inv = yaml.safe_load(inventory.read_text())
-        addresses = {h["ansible_host"] for h in inv["all"]["children"]["lab"]["hosts"].values()}
+        addresses = fleet_addresses(inventory)
         seed_times, ours_times = [], []
         for round_no in range(args.repeat):  # interleaved, so both see the same machine state
-            seed_dir, ours_dir = tmp / ("seed%d" % round_no), tmp / ("ours%d" % round_no)
-            seed_dir.mkdir()
-            ours_dir.mkdir()
+            seed_dir, ours_dir = round_dirs(tmp, round_no)
             wrapper, log = counting_ssh(seed_dir)
             seconds, codes = timed(lambda: run_seed(inventory, wrapper, script))
             seed_times.append(seconds)

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Shared descriptions of the module attributes; each module states its own support level."""
+    """Shared descriptions of the module attributes.
+
+    DOCUMENTATION and PLATFORM only describe them (the module states each support level); POSIX and READ_ONLY are
+    whole attribute sets: a module extends one of those alone.
+    """
 
     DOCUMENTATION = r"""
 options: {}
@@ -24,4 +28,25 @@ attributes:
   platform:
     description: Target OS/families that can be operated against.
     support: N/A
+"""
+
+    # The attributes of every module of this collection in one fragment: POSIX targets, no diff mode. The module
+    # states its own check_mode support (and details). check_mode comes last so that READ_ONLY can complete it.
+    POSIX = r"""
+options: {}
+attributes:
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  platform:
+    description: Target OS/families that can be operated against.
+    support: N/A
+    platforms: posix
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+"""
+
+    # POSIX for a module that only reads: check mode runs it as usual.
+    READ_ONLY = POSIX + r"""    support: full
+    details: The module only reads, so check mode runs it as usual.
 """

@@ -29,65 +29,89 @@ _HW = "hardware fault: stop the box and rent a different one"
 _APP = "restart the job; if it recurs with different jobs on the same GPU, treat the GPU as faulty"
 _NONE = "no action by itself; act on the primary Xid or on the ECC / remapped-row counters"
 
-# Key codes with our wording: code -> (mnemonic, meaning, class, action).
-KEY_CODES = {
-    8: ("ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "a channel stopped making progress (timeout)", APP_FAULT, _APP),
-    13: ("ROBUST_CHANNEL_GR_EXCEPTION", "graphics/SM exception in a running kernel", APP_FAULT, _APP),
-    31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "GPU MMU page fault (invalid GPU virtual address)", APP_FAULT, _APP),
-    32: ("ROBUST_CHANNEL_PBDMA_ERROR", "corrupted push-buffer stream (check PCIe if frequent)", APP_FAULT, _APP),
-    43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "a user context faulted and was torn down", APP_FAULT, _APP),
+# How a key code is handled: its class and the action we advise. Most codes share one of the first four.
+_HANDLING = {
+    "app": (APP_FAULT, _APP),
+    "reset": (FATAL, _RESET),
+    "hw": (FATAL, _HW),
+    "none": (INFO, _NONE),
     # 45 alone means the driver tore down a process's channels (killed, crashed, or stuck): an application fault
     # worth a warning. Next to another Xid, or with "caused by previous Xid N", it is only that Xid's echo and
     # is demoted to INFO (the catalogue's "Not Solo: IGNORE (follow other Xid)"); see _demote_secondary_45.
-    45: ("ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "driver removed channels (process killed or an earlier error)",
-         APP_FAULT, "check the job on this GPU (it was killed or crashed); if another Xid names the cause, follow it"),
-    46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "GPU stopped processing", FATAL, _RESET),
-    48: ("ROBUST_CHANNEL_GPU_ECC_DBE", "uncorrectable (double-bit) ECC error in GPU memory", FATAL, _HW),
-    54: ("SILENT_RUNNING_PWR_REDUCED_CLOCKING", "auxiliary power not connected", FATAL, _HW),
-    62: ("PMU_HALT_ERROR", "internal micro-controller halted", FATAL, _RESET),
-    63: ("INFOROM_DRAM_RETIREMENT_EVENT", "a memory row was remapped / page retired; applies after a GPU reset",
-         INFO, "check remapped_rows / retired_pages pending: a pending remap needs a GPU reset"),
-    64: ("INFOROM_DRAM_RETIREMENT_FAILURE", "row remap / page retirement failed", FATAL, _HW),
-    68: ("ROBUST_CHANNEL_NVDEC0_ERROR", "video decoder exception", APP_FAULT, _APP),
-    69: ("ROBUST_CHANNEL_GR_CLASS_ERROR", "graphics engine class error", APP_FAULT, _APP),
-    74: ("NVLINK_ERROR", "NVLink error (this GPU, the link or the peer)", FATAL, _HW),
-    79: ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "GPU no longer reachable over PCIe", FATAL, _HW),
-    92: ("EXCESSIVE_SBE_INTERRUPTS", "high rate of corrected ECC errors", INFO, "watch the ECC counters"),
-    93: ("INFOROM_ERASE_LIMIT_EXCEEDED", "InfoROM wear limit exceeded (non-fatal)", INFO, _NONE),
-    94: ("ROBUST_CHANNEL_CONTAINED_ERROR", "uncorrectable memory error contained to the affected job",
-         APP_FAULT, "restart the job; a pending row remap then makes the GPU unfit"),
-    95: ("ROBUST_CHANNEL_UNCONTAINED_ERROR", "uncorrectable memory error that could not be contained", FATAL, _RESET),
-    109: ("ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "context-switch timeout", FATAL, _RESET),
-    110: ("SEC_FAULT_ERROR", "security fault", FATAL, _RESET),
-    119: ("GSP_RPC_TIMEOUT", "driver timed out waiting for the GSP firmware", FATAL, _RESET),
-    120: ("GSP_ERROR", "GSP firmware error / task exception", FATAL, _RESET),
-    121: ("C2C_ERROR", "chip-to-chip link error", INFO, _NONE),
-    136: ("ALI_TRAINING_FAIL", "NVLink link training failed", FATAL, _RESET),
-    137: ("NVLINK_PRIV_ERR", "NVLink privilege error", INFO, _NONE),
-    140: ("UNRECOVERABLE_ECC_ERROR_ESCAPE", "ECC error escaped recovery", FATAL, _HW),
-    143: ("GPU_INIT_ERROR", "GPU failed to initialise", FATAL, _HW),
-    151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", "confidential-computing key rotation error", FATAL, _RESET),
-    154: ("GPU_RECOVERY_ACTION_CHANGED", "driver announced the recovery action this GPU now needs", INFO,
-          "perform the announced recovery action (impossible on a rental unless it is None)"),
-    155: ("NVLINK_SW_DEFINED_ERROR", "NVLink software-defined error", FATAL, _RESET),
-    156: ("RESOURCE_RETIREMENT_EVENT", "a resource was retired; a reset applies it", FATAL, _RESET),
-    157: ("RESOURCE_RETIREMENT_FAILURE", "resource retirement failed", APP_FAULT, "escalate if it recurs"),
-    158: ("GPU_FATAL_TIMEOUT", "fatal GPU timeout", FATAL, _RESET),
-    159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "coherent-interconnect non-data error", APP_FAULT, _APP),
-    160: ("CHANNEL_RETIREMENT_EVENT", "channel retirement event", INFO, _NONE),
-    161: ("CHANNEL_RETIREMENT_FAILURE", "channel retirement failure", INFO, _NONE),
-    162: ("PSHC_REENGAGED", "power-smoothing circuitry re-engaged", INFO, _NONE),
-    163: ("PSHC_DISENGAGED", "power-smoothing circuitry disengaged", INFO, _NONE),
-    164: ("PSHC_LOW_LIFETIME", "power-smoothing circuitry lifetime low", APP_FAULT, "plan service of the board"),
-    165: ("PSHC_ZERO_LIFETIME", "power-smoothing circuitry lifetime exhausted", APP_FAULT, "plan service of the board"),
-    166: ("NVLINK_SECURE_CRYPTO_ERR", "NVLink secure crypto error", APP_FAULT, _APP),
-    167: ("PCIE_FATAL_TIMEOUT", "PCIe fatal timeout", FATAL, _RESET),
-    168: ("REDUCED_GPU_MEMORY_CAPACITY", "GPU memory capacity reduced", FATAL, _HW),
-    169: ("SEC2_HALT_ERROR", "SEC2 micro-controller halted", FATAL, _RESET),
-    170: ("NVLINK_SECURE_OTHER", "NVLink secure error", APP_FAULT, _APP),
-    171: ("UNCORRECTABLE_DRAM_ERROR", "uncorrectable DRAM error", FATAL, _HW),
-    172: ("UNCORRECTABLE_SRAM_ERROR", "uncorrectable SRAM error", FATAL, _HW),
+    "killed": (APP_FAULT,
+               "check the job on this GPU (it was killed or crashed); if another Xid names the cause, follow it"),
+    "remap": (INFO, "check remapped_rows / retired_pages pending: a pending remap needs a GPU reset"),
+    "ecc": (INFO, "watch the ECC counters"),
+    "retry": (APP_FAULT, "restart the job; a pending row remap then makes the GPU unfit"),
+    "action": (INFO, "perform the announced recovery action (impossible on a rental unless it is None)"),
+    "recur": (APP_FAULT, "escalate if it recurs"),
+    "board": (APP_FAULT, "plan service of the board"),
 }
+
+# Key codes with our wording, one a line: code, handling (a key of _HANDLING), mnemonic, meaning.
+_KEY_TABLE = """
+8   app    ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT    a channel stopped making progress (timeout)
+13  app    ROBUST_CHANNEL_GR_EXCEPTION               graphics/SM exception in a running kernel
+31  app    ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT     GPU MMU page fault (invalid GPU virtual address)
+32  app    ROBUST_CHANNEL_PBDMA_ERROR                corrupted push-buffer stream (check PCIe if frequent)
+43  app    ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR   a user context faulted and was torn down
+45  killed ROBUST_CHANNEL_PREEMPTIVE_REMOVAL         driver removed channels (process killed or an earlier error)
+46  reset  ROBUST_CHANNEL_GPU_TIMEOUT_ERROR          GPU stopped processing
+48  hw     ROBUST_CHANNEL_GPU_ECC_DBE                uncorrectable (double-bit) ECC error in GPU memory
+54  hw     SILENT_RUNNING_PWR_REDUCED_CLOCKING       auxiliary power not connected
+62  reset  PMU_HALT_ERROR                            internal micro-controller halted
+63  remap  INFOROM_DRAM_RETIREMENT_EVENT             a memory row was remapped / page retired; applies after a GPU reset
+64  hw     INFOROM_DRAM_RETIREMENT_FAILURE           row remap / page retirement failed
+68  app    ROBUST_CHANNEL_NVDEC0_ERROR               video decoder exception
+69  app    ROBUST_CHANNEL_GR_CLASS_ERROR             graphics engine class error
+74  hw     NVLINK_ERROR                              NVLink error (this GPU, the link or the peer)
+79  hw     ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS GPU no longer reachable over PCIe
+92  ecc    EXCESSIVE_SBE_INTERRUPTS                  high rate of corrected ECC errors
+93  none   INFOROM_ERASE_LIMIT_EXCEEDED              InfoROM wear limit exceeded (non-fatal)
+94  retry  ROBUST_CHANNEL_CONTAINED_ERROR            uncorrectable memory error contained to the affected job
+95  reset  ROBUST_CHANNEL_UNCONTAINED_ERROR          uncorrectable memory error that could not be contained
+109 reset  ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR        context-switch timeout
+110 reset  SEC_FAULT_ERROR                           security fault
+119 reset  GSP_RPC_TIMEOUT                           driver timed out waiting for the GSP firmware
+120 reset  GSP_ERROR                                 GSP firmware error / task exception
+121 none   C2C_ERROR                                 chip-to-chip link error
+136 reset  ALI_TRAINING_FAIL                         NVLink link training failed
+137 none   NVLINK_PRIV_ERR                           NVLink privilege error
+140 hw     UNRECOVERABLE_ECC_ERROR_ESCAPE            ECC error escaped recovery
+143 hw     GPU_INIT_ERROR                            GPU failed to initialise
+151 reset  ROBUST_CHANNEL_KEY_ROTATION_ERROR         confidential-computing key rotation error
+154 action GPU_RECOVERY_ACTION_CHANGED               driver announced the recovery action this GPU now needs
+155 reset  NVLINK_SW_DEFINED_ERROR                   NVLink software-defined error
+156 reset  RESOURCE_RETIREMENT_EVENT                 a resource was retired; a reset applies it
+157 recur  RESOURCE_RETIREMENT_FAILURE               resource retirement failed
+158 reset  GPU_FATAL_TIMEOUT                         fatal GPU timeout
+159 app    ROBUST_CHANNEL_CHI_NON_DATA_ERROR         coherent-interconnect non-data error
+160 none   CHANNEL_RETIREMENT_EVENT                  channel retirement event
+161 none   CHANNEL_RETIREMENT_FAILURE                channel retirement failure
+162 none   PSHC_REENGAGED                            power-smoothing circuitry re-engaged
+163 none   PSHC_DISENGAGED                           power-smoothing circuitry disengaged
+164 board  PSHC_LOW_LIFETIME                         power-smoothing circuitry lifetime low
+165 board  PSHC_ZERO_LIFETIME                        power-smoothing circuitry lifetime exhausted
+166 app    NVLINK_SECURE_CRYPTO_ERR                  NVLink secure crypto error
+167 reset  PCIE_FATAL_TIMEOUT                        PCIe fatal timeout
+168 hw     REDUCED_GPU_MEMORY_CAPACITY               GPU memory capacity reduced
+169 reset  SEC2_HALT_ERROR                           SEC2 micro-controller halted
+170 app    NVLINK_SECURE_OTHER                       NVLink secure error
+171 hw     UNCORRECTABLE_DRAM_ERROR                  uncorrectable DRAM error
+172 hw     UNCORRECTABLE_SRAM_ERROR                  uncorrectable SRAM error
+"""
+
+
+def _key_codes(table):
+    """code -> (mnemonic, meaning, class, action) from the lines of _KEY_TABLE."""
+    codes = {}
+    for line in table.strip().splitlines():
+        code, handling, name, meaning = line.split(None, 3)
+        codes[int(code)] = (name, meaning) + _HANDLING[handling]
+    return codes
+
+
+KEY_CODES = _key_codes(_KEY_TABLE)
 
 # NVLink5 (Blackwell) unit errors: the class comes from the message's Fatal / Nonfatal word.
 NVLINK5_CODES = {
@@ -98,36 +122,64 @@ NVLINK5_CODES = {
 # Remaining catalogue entries, classified by NVIDIA's immediate resolution bucket.
 BUCKET_CLASS = {"RESTART_APP": APP_FAULT, "IGNORE": INFO, "RESET_GPU": FATAL, "UPDATE_SWFW": FATAL,
                 "CONTACT_SUPPORT": FATAL}
-OTHER_CODES = {
-    11: ("ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "RESTART_APP"), 25: ("ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "RESTART_APP"),
-    37: ("ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD", "IGNORE"),
-    38: ("ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "IGNORE"),
-    39: ("ROBUST_CHANNEL_CE0_ERROR", "RESTART_APP"), 40: ("ROBUST_CHANNEL_CE1_ERROR", "RESTART_APP"),
-    41: ("ROBUST_CHANNEL_CE2_ERROR", "RESTART_APP"), 44: ("ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "IGNORE"),
-    60: ("ROBUST_CHANNEL_SEC2_ERROR", "RESTART_APP"), 66: ("ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION", "IGNORE"),
-    67: ("ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION", "IGNORE"), 70: ("ROBUST_CHANNEL_CE3_ERROR", "RESTART_APP"),
-    71: ("ROBUST_CHANNEL_CE4_ERROR", "RESTART_APP"), 72: ("ROBUST_CHANNEL_CE5_ERROR", "RESTART_APP"),
-    75: ("ROBUST_CHANNEL_CE6_ERROR", "RESTART_APP"), 76: ("ROBUST_CHANNEL_CE7_ERROR", "RESTART_APP"),
-    77: ("ROBUST_CHANNEL_CE8_ERROR", "RESTART_APP"), 78: ("VGPU_START_ERROR", "UPDATE_SWFW"),
-    80: ("PBDMA_PUSHBUFFER_CRC_MISMATCH", "RESTART_APP"), 82: ("ROBUST_CHANNEL_NVJPG0_ERROR", "RESTART_APP"),
-    83: ("ROBUST_CHANNEL_NVDEC1_ERROR", "RESTART_APP"), 84: ("ROBUST_CHANNEL_NVDEC2_ERROR", "RESTART_APP"),
-    85: ("ROBUST_CHANNEL_CE9_ERROR", "RESTART_APP"), 86: ("ROBUST_CHANNEL_OFA0_ERROR", "RESTART_APP"),
-    88: ("ROBUST_CHANNEL_NVDEC3_ERROR", "RESTART_APP"), 89: ("ROBUST_CHANNEL_NVDEC4_ERROR", "RESTART_APP"),
-    96: ("ROBUST_CHANNEL_NVDEC5_ERROR", "RESTART_APP"), 97: ("ROBUST_CHANNEL_NVDEC6_ERROR", "RESTART_APP"),
-    98: ("ROBUST_CHANNEL_NVDEC7_ERROR", "RESTART_APP"), 99: ("ROBUST_CHANNEL_NVJPG1_ERROR", "RESTART_APP"),
-    100: ("ROBUST_CHANNEL_NVJPG2_ERROR", "RESTART_APP"), 101: ("ROBUST_CHANNEL_NVJPG3_ERROR", "RESTART_APP"),
-    102: ("ROBUST_CHANNEL_NVJPG4_ERROR", "RESTART_APP"), 103: ("ROBUST_CHANNEL_NVJPG5_ERROR", "RESTART_APP"),
-    104: ("ROBUST_CHANNEL_NVJPG6_ERROR", "RESTART_APP"), 105: ("ROBUST_CHANNEL_NVJPG7_ERROR", "RESTART_APP"),
-    106: ("SMBPBI_TEST_MESSAGE", "IGNORE"), 107: ("SMBPBI_TEST_MESSAGE_SILENT", "IGNORE"),
-    126: ("ROBUST_CHANNEL_CE10_ERROR", "RESTART_APP"), 127: ("ROBUST_CHANNEL_CE11_ERROR", "RESTART_APP"),
-    128: ("ROBUST_CHANNEL_CE12_ERROR", "RESTART_APP"), 129: ("ROBUST_CHANNEL_CE13_ERROR", "RESTART_APP"),
-    130: ("ROBUST_CHANNEL_CE14_ERROR", "RESTART_APP"), 131: ("ROBUST_CHANNEL_CE15_ERROR", "RESTART_APP"),
-    132: ("ROBUST_CHANNEL_CE16_ERROR", "RESTART_APP"), 133: ("ROBUST_CHANNEL_CE17_ERROR", "RESTART_APP"),
-    134: ("ROBUST_CHANNEL_CE18_ERROR", "RESTART_APP"), 135: ("ROBUST_CHANNEL_CE19_ERROR", "RESTART_APP"),
-    139: ("ROBUST_CHANNEL_OFA1_ERROR", "RESTART_APP"), 141: ("ROBUST_CHANNEL_FAST_PATH_ERROR", "IGNORE"),
-    142: ("ROBUST_CHANNEL_NVENC3_ERROR", "CONTACT_SUPPORT"), 152: ("ROBUST_CHANNEL_DLA_SMMU_ERROR", "IGNORE"),
-    153: ("ROBUST_CHANNEL_DLA_TIMEOUT", "IGNORE"),
-}
+# One a line: code, bucket, mnemonic.
+_OTHER_TABLE = """
+11  RESTART_APP     ROBUST_CHANNEL_GR_ERROR_MISSING_HW
+25  RESTART_APP     ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY
+37  IGNORE          ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD
+38  IGNORE          ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT
+39  RESTART_APP     ROBUST_CHANNEL_CE0_ERROR
+40  RESTART_APP     ROBUST_CHANNEL_CE1_ERROR
+41  RESTART_APP     ROBUST_CHANNEL_CE2_ERROR
+44  IGNORE          ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW
+60  RESTART_APP     ROBUST_CHANNEL_SEC2_ERROR
+66  IGNORE          ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION
+67  IGNORE          ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION
+70  RESTART_APP     ROBUST_CHANNEL_CE3_ERROR
+71  RESTART_APP     ROBUST_CHANNEL_CE4_ERROR
+72  RESTART_APP     ROBUST_CHANNEL_CE5_ERROR
+75  RESTART_APP     ROBUST_CHANNEL_CE6_ERROR
+76  RESTART_APP     ROBUST_CHANNEL_CE7_ERROR
+77  RESTART_APP     ROBUST_CHANNEL_CE8_ERROR
+78  UPDATE_SWFW     VGPU_START_ERROR
+80  RESTART_APP     PBDMA_PUSHBUFFER_CRC_MISMATCH
+82  RESTART_APP     ROBUST_CHANNEL_NVJPG0_ERROR
+83  RESTART_APP     ROBUST_CHANNEL_NVDEC1_ERROR
+84  RESTART_APP     ROBUST_CHANNEL_NVDEC2_ERROR
+85  RESTART_APP     ROBUST_CHANNEL_CE9_ERROR
+86  RESTART_APP     ROBUST_CHANNEL_OFA0_ERROR
+88  RESTART_APP     ROBUST_CHANNEL_NVDEC3_ERROR
+89  RESTART_APP     ROBUST_CHANNEL_NVDEC4_ERROR
+96  RESTART_APP     ROBUST_CHANNEL_NVDEC5_ERROR
+97  RESTART_APP     ROBUST_CHANNEL_NVDEC6_ERROR
+98  RESTART_APP     ROBUST_CHANNEL_NVDEC7_ERROR
+99  RESTART_APP     ROBUST_CHANNEL_NVJPG1_ERROR
+100 RESTART_APP     ROBUST_CHANNEL_NVJPG2_ERROR
+101 RESTART_APP     ROBUST_CHANNEL_NVJPG3_ERROR
+102 RESTART_APP     ROBUST_CHANNEL_NVJPG4_ERROR
+103 RESTART_APP     ROBUST_CHANNEL_NVJPG5_ERROR
+104 RESTART_APP     ROBUST_CHANNEL_NVJPG6_ERROR
+105 RESTART_APP     ROBUST_CHANNEL_NVJPG7_ERROR
+106 IGNORE          SMBPBI_TEST_MESSAGE
+107 IGNORE          SMBPBI_TEST_MESSAGE_SILENT
+126 RESTART_APP     ROBUST_CHANNEL_CE10_ERROR
+127 RESTART_APP     ROBUST_CHANNEL_CE11_ERROR
+128 RESTART_APP     ROBUST_CHANNEL_CE12_ERROR
+129 RESTART_APP     ROBUST_CHANNEL_CE13_ERROR
+130 RESTART_APP     ROBUST_CHANNEL_CE14_ERROR
+131 RESTART_APP     ROBUST_CHANNEL_CE15_ERROR
+132 RESTART_APP     ROBUST_CHANNEL_CE16_ERROR
+133 RESTART_APP     ROBUST_CHANNEL_CE17_ERROR
+134 RESTART_APP     ROBUST_CHANNEL_CE18_ERROR
+135 RESTART_APP     ROBUST_CHANNEL_CE19_ERROR
+139 RESTART_APP     ROBUST_CHANNEL_OFA1_ERROR
+141 IGNORE          ROBUST_CHANNEL_FAST_PATH_ERROR
+142 CONTACT_SUPPORT ROBUST_CHANNEL_NVENC3_ERROR
+152 IGNORE          ROBUST_CHANNEL_DLA_SMMU_ERROR
+153 IGNORE          ROBUST_CHANNEL_DLA_TIMEOUT
+"""
+OTHER_CODES = dict((int(code), (name, bucket)) for code, bucket, name in
+                   (line.split() for line in _OTHER_TABLE.strip().splitlines()))
 
 # Xid 154 recovery actions (NVML enum); only None leaves the GPU usable.
 RECOVERY_ACTIONS = {0: "None", 1: "GPU Reset Required", 2: "Node Reboot Required", 3: "Drain P2P",

@@ -34,16 +34,11 @@ description:
   - A run killed with SIGKILL can leave a C(.*.checked_sync.*.tmp) file behind; it is never a durable copy and can
     be deleted.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Plans, checks the budget and hashes the sources; reports what would be copied and writes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   src:
     description:

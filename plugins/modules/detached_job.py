@@ -30,20 +30,13 @@ description:
     for the job), or by its tmux session before the PID file exists. Never by a name pattern.
   - Idempotent. A running job is reported and not started twice.
   - Refuses to start when the filesystem of the run directory or of the log is full or out of inodes.
-  - On-box layout, shared with M(remote_gpu.trainer.job_status)
-    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, status.json,
-    items/<item>/status.json}).
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.job
 attributes:
   check_mode:
     support: full
     details: Check mode reports whether the job would be started or stopped and changes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   name:
     description:
@@ -60,10 +53,6 @@ options:
   chdir:
     description: Directory to change into before running the command. It must exist.
     type: path
-  run_dir:
-    description: Where the job directories (PID file, status, wrapper) live. C(~) is the remote user's home.
-    type: str
-    default: ~/.trainer/jobs
   log_path:
     description: The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
     type: path

@@ -25,16 +25,8 @@ description:
   - Checks that the proxy hook the profile expects is present.
   - Read-only.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads, so check mode runs it as usual.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.fail_on
 options:
   proxy_hook:
     description: File the profile expects jobs to source for network access (AutoDL C(/etc/network_turbo)). Empty for none.
@@ -59,11 +51,6 @@ options:
     description: Mount point of the cgroup hierarchy.
     type: path
     default: /sys/fs/cgroup
-  fail_on:
-    description: The level at which the task fails. V(never) only reports.
-    type: str
-    choices: [FAIL, WARN, never]
-    default: FAIL
 """
 
 EXAMPLES = r"""

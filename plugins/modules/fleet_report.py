@@ -21,16 +21,11 @@ description:
     dropped silently.
   - Fails when a host is C(FAIL), C(UNREACHABLE) or C(NO_RESULT), and also on C(WARN) with O(strict).
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Nothing on the hosts is changed; the report on the controller is written in check mode too, as output.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   hosts:
     description: The hosts of the run, usually C(ansible_play_hosts_all) of the probing play.

@@ -30,15 +30,10 @@ description:
     also hot), V(running_hot), V(pcie_link_degraded), V(xid_app_fault), V(kernel_log_unreadable) (WARN);
     V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off) (INFO)."
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   expected_count:
     description:

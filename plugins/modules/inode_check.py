@@ -23,16 +23,9 @@ description:
     (C(hf_cache_large) when a big cache sits on the home disk instead of the data disk).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads, so check mode runs it as usual.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.disk_thresholds
+  - remote_gpu.trainer.fail_on
 options:
   paths:
     description:
@@ -41,14 +34,6 @@ options:
     type: list
     elements: path
     required: true
-  warn_pct:
-    description: Percent used (bytes or inodes) at which a C(WARN) finding is raised.
-    type: int
-    default: 85
-  fail_pct:
-    description: Percent used at which a C(FAIL) finding is raised (C(bytes_high) at FAIL level, C(inodes_exhausted)).
-    type: int
-    default: 95
   top:
     description:
       - How many of the largest inode consumers (the direct children of each path, like C(du --inodes -d1)) to list.
@@ -91,12 +76,6 @@ options:
         C(hf_cache_large) finding.
     type: int
     default: 10
-  fail_on:
-    description:
-      - The level at which the task fails. V(never) only reports.
-    type: str
-    choices: [FAIL, WARN, never]
-    default: FAIL
 notes:
   - Percentages are computed as C(df) does, C(used / (used + available)), rounded up.
   - Filesystems that do not track inodes (btrfs, many FUSE and network filesystems) report inode values as null.

@@ -32,16 +32,10 @@ description:
     timeout, with O(gpu)), and the cgroup's OOM kill counter.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads, so check mode runs it as usual.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.disk_thresholds
+  - remote_gpu.trainer.fail_on
+  - remote_gpu.trainer.job
 options:
   name:
     description: One job to report on. Use O(jobs) for several.
@@ -69,10 +63,6 @@ options:
         description: Number of queue items the job should finish; C(0) does not grade completion.
         type: int
         default: 0
-  run_dir:
-    description: The run directory the jobs were started in. C(~) is the remote user's home.
-    type: str
-    default: ~/.trainer/jobs
   progress_regex:
     description:
       - Python regular expression for a progress line; the last match after the latest start is reported.
@@ -97,14 +87,6 @@ options:
     type: list
     elements: path
     default: []
-  warn_pct:
-    description: Percent used (bytes or inodes) of O(paths) at which a WARN finding is raised.
-    type: int
-    default: 85
-  fail_pct:
-    description: Percent used of O(paths) at which a FAIL finding is raised.
-    type: int
-    default: 95
   gpu:
     description:
       - Query GPU utilisation and memory with one C(nvidia-smi --query-gpu) call.
@@ -119,11 +101,6 @@ options:
     description: Where the cgroup filesystem is mounted (for the C(oom_kill) counter).
     type: path
     default: /sys/fs/cgroup
-  fail_on:
-    description: The level at which the task fails. V(never) only reports.
-    type: str
-    choices: [FAIL, WARN, never]
-    default: FAIL
 """
 
 EXAMPLES = r"""

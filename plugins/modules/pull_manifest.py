@@ -21,16 +21,11 @@ description:
   - The manifest is written atomically (a temporary file in the same directory, fsync, then C(os.replace)). It is
     deterministic (sorted keys and paths, no timestamp), so an unchanged root gives C(changed=false).
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Hashes the roster and reports the manifest and whether it would change; writes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   root:
     description: The result root on the target; roster paths are relative to it.

@@ -24,16 +24,11 @@ description:
   - Writes C(PULL_VERIFIED.json) (host, run id, manifest sha256, files, time, tool version) only when everything
     matches. It first removes an older one, so a failed re-verification cannot leave the teardown gate open.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Reports what it would pull and verify; pulls and writes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   src:
     description: The result root on the box.

@@ -23,16 +23,11 @@ description:
   - The meter-stop command holds no unresolved C($VAR) placeholder from the profile.
   - Fails the host when the gate is closed. In check mode it reports the refusals without failing.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Reports what the gate would decide and changes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   run_id:
     description: The run whose pull must be verified.

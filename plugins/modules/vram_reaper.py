@@ -27,16 +27,11 @@ description:
     O(allow_unverified) is also true.
   - Dry run unless O(force=true). Check mode never kills.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes
-  - remote_gpu.trainer.attributes.platform
+  - remote_gpu.trainer.attributes.posix
 attributes:
   check_mode:
     support: full
     details: Check mode reports the candidates and kills nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   force:
     description: Kill the candidates. Without it the module only reports them.

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,22 @@ def test_catalogue_classes():
 def test_lines_without_xid_give_nothing():
     assert xid.parse_xid_line("NVRM: No NVIDIA graphics adapter probed!") is None
     assert xid.parse_kernel_log("") == []
+
+
+def test_catalogue_tables_parse_into_whole_entries():
+    assert (len(xid.KEY_CODES), len(xid.OTHER_CODES)) == (49, 53)
+    assert not set(xid.KEY_CODES) & set(xid.OTHER_CODES) and not set(xid.KEY_CODES) & set(xid.NVLINK5_CODES)
+    for name, meaning, klass, action in xid.KEY_CODES.values():
+        assert re.fullmatch(r"[A-Z0-9_]+", name)
+        assert meaning == meaning.strip() and meaning and action
+        assert klass in (xid.FATAL, xid.APP_FAULT, xid.INFO)
+    for name, bucket in xid.OTHER_CODES.values():
+        assert re.fullmatch(r"[A-Z0-9_]+", name) and bucket in xid.BUCKET_CLASS
+    assert xid.lookup(63) == {
+        "xid": 63, "name": "INFOROM_DRAM_RETIREMENT_EVENT",
+        "meaning": "a memory row was remapped / page retired; applies after a GPU reset", "class": "info",
+        "action": "check remapped_rows / retired_pages pending: a pending remap needs a GPU reset"}
+    assert xid.lookup(164)["action"] == xid.lookup(165)["action"] == "plan service of the board"
+    assert xid.lookup(48)["meaning"] == "uncorrectable (double-bit) ECC error in GPU memory"
+    assert xid.lookup(139)["name"] == "ROBUST_CHANNEL_OFA1_ERROR" and xid.lookup(139)["class"] == "app_fault"
+    assert xid.lookup(142)["class"] == "fatal"  # CONTACT_SUPPORT bucket

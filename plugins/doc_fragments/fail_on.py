@@ -1,0 +1,19 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """The O(fail_on) option of the modules that end by findings (module_utils/findings.py exit_by_fail_on)."""
+
+    DOCUMENTATION = r"""
+options:
+  fail_on:
+    description: The level at which the task fails. V(never) only reports.
+    type: str
+    choices: [FAIL, WARN, never]
+    default: FAIL
+"""
