@@ -76,7 +76,8 @@ options:
     type: str
     default: fleet
   fail_run:
-    description: Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
+    description:
+      - Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
     type: bool
     default: true
   kind:

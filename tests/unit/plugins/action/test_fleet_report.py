@@ -162,7 +162,8 @@ def test_patrol_rows_lines_and_escalation_message(tmp_path, screen):
                              "time: Task failed: Timed out after 5 second(s).")
     lines = screen[0].splitlines()
     assert lines[0].startswith("lab-01 PASS train ALIVE items 2/7 log 0m |")
-    assert lines[1].startswith("lab-02 FAIL train GONE items 2/7 exit 137 (killed) log 0m: last lines: epoch 4 | Killed")
+    assert lines[1].startswith(
+        "lab-02 FAIL train GONE items 2/7 exit 137 (killed) log 0m: last lines: epoch 4 | Killed")
     assert lines[2] == "lab-05 UNREACHABLE: refused" and lines[4] == ""
     assert lines[5].split()[:4] == ["HOST", "PLATFORM", "VERDICT", "JOBS"]
     assert lines[-1] == "patrol: 4 host(s): FAIL 2, PASS 1, UNREACHABLE 1"
