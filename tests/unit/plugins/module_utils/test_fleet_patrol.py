@@ -91,5 +91,5 @@ def test_patrol_table_has_its_own_columns_and_preflight_keeps_its_own():
                                 "GPU", "TOP", "FINDING"]
     assert lines[1].split()[:7] == ["lab-01", "autodl", "PASS", "train", "ALIVE", "3/7", "epoch"]
     assert lines[2].split()[:3] == ["lab-05", "autodl", "UNREACHABLE"]
-    assert fleet_table.render_table([], fleet_preflight.COLUMNS)[0].split()[:4] == ["HOST", "PLATFORM", "GPUS",
-                                                                                     "VERDICT"]
+    preflight_header = fleet_table.render_table([], fleet_preflight.COLUMNS)[0]
+    assert preflight_header.split()[:4] == ["HOST", "PLATFORM", "GPUS", "VERDICT"]
