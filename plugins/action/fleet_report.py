@@ -2,7 +2,8 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Controller side of fleet_report: collect each host's row, print the table, write the JSON report."""
+"""Controller side of fleet_report: build each targeted host's row from the raw results its probe tasks registered,
+print the lines and the table, write the JSON report (and the Prometheus textfile), fail on the unfit hosts."""
 
 from __future__ import annotations
 
@@ -15,53 +16,111 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_report
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_preflight, fleet_prom
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
 
 display = Display()
+
+SPEC = argument_spec(DOCUMENTATION)
+
+# The host's profile variables every row reads: (record key, host variable).
+PROFILE_VARS = (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
+                ("durable_dir", "trainer_durable_dir"), ("interpreter", "trainer_interpreter"))
+# The probe results each kind reads: (record key, suboption of result_vars naming the registered variable).
+RESULTS_BY_KIND = {
+    "preflight": (("storage", "inode_check"), ("gpu", "gpu_health"), ("env", "env_audit")),
+    "patrol": (("probe", "job_status"),),
+}
+# Table columns per kind; the last column is the one that is truncated.
+COLUMNS_BY_KIND = {"preflight": fleet_preflight.COLUMNS, "patrol": fleet_patrol.COLUMNS}
+
+
+def check_args(args):
+    """Refuse arguments that the argument spec cannot: a prom_path node_exporter would not read, a result_vars
+    that lacks a result the kind needs."""
+    if args["prom_path"] and not args["prom_path"].endswith(".prom"):
+        raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
+                                "*.prom files)" % args["prom_path"])
+    missing = [option for _key, option in RESULTS_BY_KIND[args["kind"]] if not args["result_vars"].get(option)]
+    if missing:
+        raise AnsibleActionFail("kind=%s needs result_vars.%s: the names of the variables that register the results "
+                                "of those tasks" % (args["kind"], ", result_vars.".join(missing)))
+
+
+def targeted_hosts(hosts, task_vars):
+    """The hosts to report, sorted: ``hosts`` when given, else every host the play targets (its pattern within
+    ``--limit``), also those that failed or were unreachable earlier in the run."""
+    return sorted(hosts if hosts is not None else task_vars.get("ansible_play_hosts_all") or [])
+
+
+def _host_var(host_vars, name):
+    try:
+        return host_vars.get(name) if host_vars else None
+    except Exception:  # pylint: disable=broad-except
+        return None  # a profile that failed validation may not even template
+
+
+def host_record(host_vars, kind, result_vars):
+    """A host's profile and the raw results of its probe tasks (None for a task that never ran on it)."""
+    record = dict((key, _host_var(host_vars, var)) for key, var in PROFILE_VARS)
+    record.update((key, _host_var(host_vars, result_vars[option])) for key, option in RESULTS_BY_KIND[kind])
+    return record
+
+
+def build_rows(args, hosts, hostvars):
+    """One row per host, in the order of ``hosts``."""
+    rows = []
+    for host in hosts:
+        record = host_record(hostvars.get(host), args["kind"], args["result_vars"])
+        if args["kind"] == "patrol":
+            rows.append(fleet_patrol.patrol_row(host, record, strict=args["strict"], tail_lines=args["tail_lines"]))
+        else:
+            rows.append(fleet_preflight.preflight_row(host, record))
+    return rows
+
+
+def screen_text(rows, table, footer):
+    """What the action prints: each host's line (patrol), a blank line, the table and the footer."""
+    lines = [row["line"] for row in rows if row.get("line")]
+    return "\n".join(lines + ([""] if lines else []) + table + [footer])
+
+
+def failure_message(kind, rows, failing):
+    """The short failure message (the table is already on screen and the rows are in the report)."""
+    if kind == "patrol":
+        reasons = ["%s: %s" % (row["host"], "; ".join(row.get("reasons") or [row["verdict"]]))
+                   for row in rows if row["host"] in failing]
+        return "%d host(s) escalated: %s" % (len(failing), " || ".join(reasons))
+    reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
+               for row in rows if row["host"] in failing]
+    return "%d host(s) not fit: %s" % (len(failing), "; ".join(reasons))
+
+
+def write_file(path, text, what):
+    """Write ``text`` to ``path`` atomically (0644); an OSError becomes a message that names the path."""
+    try:
+        write_atomic(path, text, make_dirs=True)
+    except OSError as exc:
+        raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
+            what, path, to_native(exc.strerror or exc), what))
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("hosts", "record_var", "report_path", "strict", "title", "fail_run", "kind", "prom_path",
-                             "tail_lines"))
+    _VALID_ARGS = frozenset(SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=dict(
-            hosts=dict(type="list", elements="str", required=True),
-            record_var=dict(type="str", required=True),
-            report_path=dict(type="path"),
-            strict=dict(type="bool", default=False),
-            title=dict(type="str", default="fleet"),
-            fail_run=dict(type="bool", default=True),
-            kind=dict(type="str", choices=["preflight", "patrol"], default="preflight"),
-            prom_path=dict(type="path"),
-            tail_lines=dict(type="int", default=3),
-        ))
-        if args["prom_path"] and not args["prom_path"].endswith(".prom"):
-            raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
-                                    "*.prom files)" % args["prom_path"])
-        hostvars = task_vars.get("hostvars", {})
-        rows = []
-        for host in sorted(args["hosts"]):
-            host_vars = hostvars.get(host, {})
-            if args["kind"] == "patrol":
-                rows.append(fleet_report.patrol_row_from_record(host, self._patrol_record(host_vars, args["record_var"]),
-                                                                strict=args["strict"], tail_lines=args["tail_lines"]))
-                continue
-            record = host_vars.get(args["record_var"]) if host_vars else None
-            if isinstance(record, dict):
-                rows.append(fleet_report.row_from_record(host, record))
-            else:
-                rows.append(fleet_report.no_result_row(host, host_vars.get("trainer_profile", "-") if host_vars else "-"))
-        table = fleet_report.render_table(rows, columns=fleet_report.COLUMNS_BY_KIND[args["kind"]])
-        counts = fleet_report.summary(rows)
-        failing = fleet_report.failing_hosts(rows, strict=args["strict"])
-        footer = "%s: %d host(s): %s" % (args["title"], len(rows),
-                                         ", ".join("%s %d" % (k, v) for k, v in sorted(counts.items())) or "none")
-        lines = [row["line"] for row in rows if row.get("line")]
-        display.display("\n".join(lines + ([""] if lines else []) + table + [footer]))
+        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+        check_args(args)
+        rows = build_rows(args, targeted_hosts(args["hosts"], task_vars), task_vars.get("hostvars", {}))
+        table = fleet_table.render_table(rows, COLUMNS_BY_KIND[args["kind"]])
+        counts = fleet_table.summary(rows)
+        failing = fleet_table.failing_hosts(rows, strict=args["strict"])
+        display.display(screen_text(rows, table, fleet_table.footer(args["title"], counts)))
 
         report = {
             "title": args["title"],
@@ -73,48 +132,14 @@ class ActionModule(ActionBase):
             "hosts": rows,
         }
         if args["report_path"]:
-            self._write_json(args["report_path"], report)
+            write_file(args["report_path"], json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", "report")
         if args["prom_path"]:
             # written 0644: node_exporter usually runs as its own user
-            self._write_atomically(args["prom_path"], fleet_report.prometheus_text(rows, time.time()),
-                                   "Prometheus textfile")
+            write_file(args["prom_path"], fleet_prom.prometheus_text(rows, time.time()), "Prometheus textfile")
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],
                       prom_path=args["prom_path"])
         if failing and args["fail_run"]:
-            # The table is already on screen and the rows are in the report: keep the failure short.
-            if args["kind"] == "patrol":
-                reasons = ["%s: %s" % (row["host"], "; ".join(row.get("reasons") or [row["verdict"]]))
-                           for row in rows if row["host"] in failing]
-                msg = "%d host(s) escalated: %s" % (len(failing), " || ".join(reasons))
-            else:
-                reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
-                           for row in rows if row["host"] in failing]
-                msg = "%d host(s) not fit: %s" % (len(failing), "; ".join(reasons))
-            result.update(failed=True, msg=msg)
+            result.update(failed=True, msg=failure_message(args["kind"], rows, failing))
         else:
             result.update(table=table, rows=rows)
         return result
-
-    @staticmethod
-    def _patrol_record(host_vars, record_var):
-        """The profile facts of a host and the raw result of its job_status task (None when it did not run)."""
-        record = {}
-        for key, var in (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
-                         ("durable_dir", "trainer_durable_dir"), ("probe", record_var)):
-            try:
-                record[key] = host_vars.get(var) if host_vars else None
-            except Exception:  # pylint: disable=broad-except
-                record[key] = None  # a profile that failed validation may not even template
-        return record
-
-    @staticmethod
-    def _write_atomically(path, text, what):
-        try:
-            write_atomic(path, text, make_dirs=True)
-        except OSError as exc:
-            raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
-                what, path, to_native(exc.strerror or exc), what))
-
-    @classmethod
-    def _write_json(cls, path, report):
-        cls._write_atomically(path, json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", "report")

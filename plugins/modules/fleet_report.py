@@ -14,11 +14,15 @@ version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
 description:
-  - Runs on the controller (an action plugin). Collects one row per host from a host variable that the probing
-    play set, prints a fixed-width table (host, platform, GPUs, verdict, data disk %bytes and %inodes, durable FS
-    %inodes, top finding), and writes the rows to a JSON report.
-  - A host without a row (unreachable, or failed before the probe) is reported as C(NO_RESULT) instead of being
-    dropped silently.
+  - Runs on the controller (an action plugin). Builds one row per targeted host from the raw results that the
+    probing play registered for it (O(result_vars)), prints a fixed-width table, and writes the rows to a JSON
+    report.
+  - V(preflight) prints host, platform, GPUs, verdict, data disk %bytes and %inodes, durable FS %inodes and the top
+    finding; V(patrol) prints one line per host, then its own columns (see O(kind)).
+  - A host whose probe did not answer is C(UNREACHABLE); a probe task that failed is a C(FAIL) finding,
+    C(probe_timeout), C(interpreter_missing) (the profile's C(trainer_interpreter) does not run on the box) or
+    C(probe_failed); a host without a result (failed before the probe, for example in profile validation) is
+    reported as C(NO_RESULT) instead of being dropped silently.
   - Fails when a host is C(FAIL), C(UNREACHABLE) or C(NO_RESULT), and also on C(WARN) with O(strict).
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
@@ -28,19 +32,33 @@ attributes:
     details: Nothing on the hosts is changed; the report on the controller is written in check mode too, as output.
 options:
   hosts:
-    description: The hosts of the run, usually C(ansible_play_hosts_all) of the probing play.
+    description:
+      - The hosts to report.
+      - Default is every host the play targets (C(ansible_play_hosts_all), the play's host pattern within
+        C(--limit)), also the hosts that failed or were unreachable earlier in the run.
     type: list
     elements: str
-    required: true
-  record_var:
+  result_vars:
     description:
-      - Name of the host variable holding what the probing play recorded for each host, a dict with C(platform),
-        C(data_dir), C(durable_dir), C(storage) (an M(remote_gpu.trainer.inode_check) result), C(gpu) (a
-        M(remote_gpu.trainer.gpu_health) result), and C(findings) (all findings of the host); or C(unreachable=true)
-        and C(msg).
-      - The verdict is the worst finding level; the top finding is the first finding at that level.
-    type: str
+      - Names of the host variables that hold the raw registered results of the probe tasks (unreachable and
+        failed results included; a variable that a host never set means the host failed before the probe).
+      - The row also reads the host's profile, C(trainer_profile), C(trainer_data_dir), C(trainer_durable_dir) and
+        C(trainer_interpreter).
+    type: dict
     required: true
+    suboptions:
+      inode_check:
+        description: With O(kind=preflight), the result of M(remote_gpu.trainer.inode_check) (required).
+        type: str
+      gpu_health:
+        description: With O(kind=preflight), the result of M(remote_gpu.trainer.gpu_health) (required).
+        type: str
+      env_audit:
+        description: With O(kind=preflight), the result of M(remote_gpu.trainer.env_audit) (required).
+        type: str
+      job_status:
+        description: With O(kind=patrol), the result of M(remote_gpu.trainer.job_status) (required).
+        type: str
   report_path:
     description: Where to write the JSON report on the controller. Omit to write none.
     type: path
@@ -53,16 +71,18 @@ options:
     type: str
     default: fleet
   fail_run:
-    description: Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
+    description:
+      - Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
     type: bool
     default: true
   kind:
     description:
-      - V(preflight) reads O(record_var) as a preflight record and prints the preflight columns.
       - >-
-        V(patrol) reads O(record_var) as the raw result of a M(remote_gpu.trainer.job_status) task (unreachable or
-        failed results included), takes the platform and the data and durable directories from the host's profile
-        (C(trainer_profile), C(trainer_data_dir), C(trainer_durable_dir)), prints one line per host (every job's
+        V(preflight) builds each row from the O(result_vars.inode_check), O(result_vars.gpu_health) and
+        O(result_vars.env_audit) results. The verdict is the worst finding level; the top finding is the first
+        finding at that level (GPU findings first, then storage, then environment).
+      - >-
+        V(patrol) builds each row from the O(result_vars.job_status) result, prints one line per host (every job's
         state, items, progress, exit code, log age, and the last log lines of a dead or crashed job), then the
         patrol columns (jobs, progress, data disk and durable FS, GPU, top finding).
       - >-
@@ -86,17 +106,21 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Print the fleet table and write the report
+- name: Preflight table and report from the registered inode_check, gpu_health and env_audit results
   remote_gpu.trainer.fleet_report:
-    hosts: "{{ groups['autodl'] }}"
-    record_var: preflight_record
+    result_vars:
+      inode_check: preflight_storage
+      gpu_health: preflight_gpu
+      env_audit: preflight_env
     report_path: reports/preflight.json
     title: preflight
+  delegate_to: localhost
+  run_once: true
 
 - name: Patrol table, escalation and a Prometheus textfile from registered job_status results
   remote_gpu.trainer.fleet_report:
-    hosts: "{{ ansible_play_hosts_all }}"
-    record_var: patrol_probe
+    result_vars:
+      job_status: patrol_probe
     kind: patrol
     report_path: reports/patrol.json
     prom_path: /var/lib/node_exporter/textfile/trainer_patrol.prom

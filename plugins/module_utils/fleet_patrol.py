@@ -1,0 +1,192 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Patrol's row of the fleet table and its one line per host, from the raw result of a host's job_status task
+(pure functions, controller side)."""
+
+from __future__ import annotations
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, sort_findings
+
+COLUMNS = (
+    ("host", "HOST"),
+    ("platform", "PLATFORM"),
+    ("verdict", "VERDICT"),
+    ("jobs_summary", "JOBS"),
+    ("progress", "PROGRESS"),
+    ("data_bytes_pct", "DATA%B"),
+    ("data_inodes_pct", "DATA%I"),
+    ("durable_inodes_pct", "DURABLE%I"),
+    ("gpu", "GPU"),
+    ("top_finding", "TOP FINDING"),
+)
+
+# Patrol escalates (verdict FAIL, non-zero exit) on every FAIL finding of job_status (job_crashed,
+# job_gone_incomplete, job_missing, oom_killed of a gone job, bytes_high/inodes_exhausted at fail_pct, path_missing)
+# and on these WARN codes: a live job whose log is silent is what the patrol exists to catch.
+PATROL_ESCALATE_WARN = ("log_stale",)
+# Order of findings of the same level in a patrol row: a dead job says more than the crash markers in its log.
+PATROL_PRIORITY = ("job_gone_incomplete", "job_missing", "probe_timeout", "interpreter_missing", "probe_failed",
+                   "job_crashed", "oom_killed", "log_stale")
+
+
+def _job_state(job):
+    if not job.get("exists", True):
+        return "MISSING"
+    if job.get("alive"):
+        return "ALIVE"
+    total, done = job.get("items_total") or 0, job.get("items_done") or 0
+    if job.get("last_exit_code") == 0 and not (total and done < total):
+        return "DONE"
+    return "GONE"
+
+
+def _progress_text(progress):
+    if not progress:
+        return None
+    if progress.get("value") is None:
+        return progress.get("text")
+    text = "%s %d" % (progress.get("unit") or "progress", progress["value"])
+    if progress.get("total") is not None:
+        text += "/%d" % progress["total"]
+    return text
+
+
+def job_line(job, stale_codes=(), tail_lines=3, width=160):
+    """One job as words: ``train ALIVE items 3/7 epoch 12 log 0m`` or ``train GONE items 2/7 exit 137 (killed):
+    last lines: ...``. ``stale_codes`` names the jobs with a log_stale finding."""
+    state = _job_state(job)
+    words = [job.get("name") or "?", state]
+    if state == "MISSING":
+        return " ".join(words + ["(no job directory)"])
+    total, done = job.get("items_total") or 0, job.get("items_done") or 0
+    if total:
+        words.append("items %d/%d" % (done, total))
+    elif done:
+        words.append("items %d" % done)
+    if job.get("items_failed"):
+        words.append("(%d failed)" % job["items_failed"])
+    progress = _progress_text(job.get("progress"))
+    if progress:
+        words.append(progress)
+    if state in ("GONE", "DONE"):
+        code = job.get("last_exit_code")
+        words.append("exit %d" % code if code is not None else "no exit status")
+        if state == "GONE" and job.get("vanished_reason"):
+            words.append("(%s)" % job["vanished_reason"])
+    age = job.get("log_age_seconds")
+    if age is not None:
+        words.append("log %dm%s" % (age // 60, " STALE" if job.get("name") in stale_codes else ""))
+    elif job.get("log_exists") is False:
+        words.append("no log")
+    if job.get("oom_kills_since_launch"):
+        words.append("oom_kill +%d" % job["oom_kills_since_launch"])
+    if job.get("crash_marker_count"):
+        first = (job.get("crash_markers") or [{}])[0]
+        words.append("crash %s x%d (line %s)" % (first.get("kind"), job["crash_marker_count"], first.get("line_no")))
+    line = " ".join(words)
+    if (state == "GONE" or job.get("crash_marker_count")) and tail_lines:
+        tail = [fleet_table.clip(text, width) for text in (job.get("tail") or [])[-tail_lines:] if text.strip()]
+        line += ": last lines: " + (" | ".join(tail) if tail else "(log empty)")
+    return line
+
+
+def _gpu_text(gpus):
+    if not gpus:
+        return "-"
+    utils = [g.get("utilization_pct") for g in gpus]
+    used = sum(g.get("memory_used_mib") or 0 for g in gpus)
+    total = sum(g.get("memory_total_mib") or 0 for g in gpus)
+    return "%s %d/%dMiB" % (",".join("-" if u is None else "%d%%" % u for u in utils), used, total)
+
+
+def _pct(value):
+    return "-" if value is None else "%d%%" % value
+
+
+def _no_answer_row(host, platform, probe):
+    """The row of a host whose job_status task did not run (NO_RESULT) or did not answer (UNREACHABLE)."""
+    if isinstance(probe, dict):
+        row = fleet_table.unreachable_row(host, platform, probe)
+        line = "%s UNREACHABLE: %s" % (host, fleet_table.unreachable_text(probe))
+    else:
+        row = fleet_table.no_result_row(host, platform)
+        line = "%s NO_RESULT: %s" % (host, row["top_finding"])
+    row.update(line=line, reasons=[row["top_finding"]], jobs=[], gpus=None, gpu="-", jobs_summary="-", progress="-")
+    return row
+
+
+def patrol_row(host, record, strict=False, tail_lines=3):
+    """One patrol row (and its one-line summary, ``line``) from a host's record.
+
+    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and
+    ``probe``: the raw result of the job_status task (a result with ``unreachable`` or ``failed`` and no ``jobs``
+    when it did not run, None when the host failed before it). The verdict is FAIL (escalate) on any FAIL finding
+    or an escalating WARN (PATROL_ESCALATE_WARN; every WARN when ``strict``), WARN on other WARN findings, else PASS;
+    ``reasons`` lists the escalating findings as ``code: message``.
+    """
+    platform = record.get("platform") or "-"
+    probe = record.get("probe")
+    if not isinstance(probe, dict) or probe.get("unreachable"):
+        return _no_answer_row(host, platform, probe)
+    if probe.get("failed") and not probe.get("jobs") and not probe.get("findings"):
+        findings = [fleet_table.probe_failure(probe, "patrol", probe="job_status", timeout_hint="patrol_host_timeout",
+                                              interpreter=record.get("interpreter"), platform=record.get("platform"))]
+    else:
+        findings = list(probe.get("findings") or [])
+    order = {code: i for i, code in enumerate(PATROL_PRIORITY)}
+    findings = sort_findings(findings, lambda f: order.get(f.get("code"), len(order)))
+
+    def escalates(item):
+        level = item.get("level")
+        return level == "FAIL" or (level == "WARN" and (strict or item.get("code") in PATROL_ESCALATE_WARN))
+
+    reasons = ["%s: %s" % (f.get("code"), f.get("message")) for f in findings if escalates(f)]
+    if reasons:
+        verdict = "FAIL"
+    elif any(f.get("level") == "WARN" for f in findings):
+        verdict = "WARN"
+    else:
+        verdict = "PASS"
+    top = next((f for f in findings if escalates(f)), None) or next(
+        (f for f in findings if rank(f.get("level")) > 0), None)
+    data = fleet_table.usage_of(probe, record.get("data_dir"))
+    durable = fleet_table.usage_of(probe, record.get("durable_dir"))
+    jobs = probe.get("jobs") or []
+    stale = [f.get("job") for f in findings if f.get("code") == "log_stale"]
+    parts = [job_line(job, stale, tail_lines) for job in jobs]
+    tiers = "data %s/%s" % (_pct(data.get("bytes_pct")), _pct(data.get("inodes_pct")))
+    if record.get("durable_dir") and record.get("durable_dir") != record.get("data_dir"):
+        tiers += " durable %s/%s" % (_pct(durable.get("bytes_pct")), _pct(durable.get("inodes_pct")))
+    gpu = _gpu_text(probe.get("gpus"))
+    words = [host, verdict, "; ".join(parts) or "no job", "|", tiers + " (%bytes/%inodes)", "| gpu", gpu]
+    if reasons:
+        codes = []
+        for reason in reasons:
+            code = reason.split(":", 1)[0]
+            if code not in codes:
+                codes.append(code)
+        words += ["| escalate:", ", ".join(codes)]
+    return {
+        "host": host,
+        "platform": platform,
+        "verdict": verdict,
+        "jobs_summary": ", ".join("%s %s" % (j.get("name"), _job_state(j)) + (
+            " %d/%d" % (j.get("items_done") or 0, j["items_total"]) if j.get("items_total") else "")
+            for j in jobs) or "-",
+        "progress": ", ".join(_progress_text(j.get("progress")) or "-" for j in jobs) or "-",
+        "data_bytes_pct": data.get("bytes_pct"),
+        "data_inodes_pct": data.get("inodes_pct"),
+        "durable_bytes_pct": durable.get("bytes_pct"),
+        "durable_inodes_pct": durable.get("inodes_pct"),
+        "gpu": gpu,
+        "top_finding": ("%s: %s" % (top["code"], top["message"])) if top else "-",
+        "reasons": reasons,
+        "findings": findings,
+        "jobs": [dict(job, state=_job_state(job)) for job in jobs],
+        "gpus": probe.get("gpus"),
+        "oom_kills": probe.get("oom_kills"),
+        "line": " ".join(words),
+    }

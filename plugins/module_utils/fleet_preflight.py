@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Preflight's row of the fleet table, from the raw results of a host's inode_check, gpu_health and env_audit tasks
+(pure functions, controller side)."""
+
+from __future__ import annotations
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, sort_findings, worst
+
+COLUMNS = (
+    ("host", "HOST"),
+    ("platform", "PLATFORM"),
+    ("gpus", "GPUS"),
+    ("verdict", "VERDICT"),
+    ("data_bytes_pct", "DATA%B"),
+    ("data_inodes_pct", "DATA%I"),
+    ("durable_inodes_pct", "DURABLE%I"),
+    ("top_finding", "TOP FINDING"),
+)
+
+# The probe tasks of preflight in the order they run, and the order their findings are listed in a row.
+PROBES = ("storage", "gpu", "env")
+# The module each probe task calls, named in the finding of a probe that failed.
+PROBE_MODULES = {"storage": "inode_check", "gpu": "gpu_health", "env": "env_audit"}
+# The order of the findings in a row (the first finding at the worst level is the top finding).
+FINDINGS_ORDER = ("gpu", "storage", "env")
+
+
+def gpu_summary(gpus):
+    """'8x NVIDIA H100 80GB HBM3' (several models joined with ' + '); '-' when none."""
+    counts = {}
+    for gpu in gpus or []:
+        name = gpu.get("name") or "unknown GPU"
+        counts[name] = counts.get(name, 0) + 1
+    return " + ".join("%dx %s" % (n, name) for name, n in counts.items()) or "-"
+
+
+def _probe_problem(host, record):
+    """The row of a host whose probes did not all run to the end, or None when they did.
+
+    A probe without a result means the host failed before it (NO_RESULT); the first probe that was unreachable or
+    failed decides the row (UNREACHABLE, or FAIL with the probe-failure finding)."""
+    platform = record.get("platform") or "-"
+    for probe in PROBES:
+        result = record.get(probe)
+        if not isinstance(result, dict):
+            return fleet_table.no_result_row(host, platform)
+        if result.get("unreachable"):
+            return fleet_table.unreachable_row(host, platform, result)
+        if result.get("failed"):
+            problem = fleet_table.probe_failure(result, "preflight", probe=PROBE_MODULES[probe],
+                                                interpreter=record.get("interpreter"), platform=record.get("platform"))
+            return _row(host, record, [problem])
+    return None
+
+
+def _row(host, record, findings):
+    findings = sort_findings(findings)
+    top = findings[0] if findings and rank(findings[0].get("level")) > 0 else None
+    data = fleet_table.usage_of(record.get("storage"), record.get("data_dir"))
+    durable = fleet_table.usage_of(record.get("storage"), record.get("durable_dir"))
+    return {
+        "host": host,
+        "platform": record.get("platform") or "-",
+        "gpus": gpu_summary((record.get("gpu") or {}).get("gpus")),
+        "verdict": worst(findings),
+        "data_bytes_pct": data.get("bytes_pct"),
+        "data_inodes_pct": data.get("inodes_pct"),
+        "durable_inodes_pct": durable.get("inodes_pct"),
+        "top_finding": ("%s: %s" % (top["code"], top["message"])) if top else "-",
+        "findings": findings,
+    }
+
+
+def preflight_row(host, record):
+    """One preflight row from what a host's probe tasks returned.
+
+    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and the raw
+    registered results ``storage`` (inode_check), ``gpu`` (gpu_health) and ``env`` (env_audit); None for a task
+    that never ran. The verdict is the worst finding level; the top finding is the first finding at that level
+    (GPU findings first, then storage, then environment).
+    """
+    problem = _probe_problem(host, record)
+    if problem is not None:
+        return problem
+    findings = []
+    for probe in FINDINGS_ORDER:
+        findings += record[probe].get("findings") or []
+    return _row(host, record, findings)

@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Patrol rows as a Prometheus textfile for node_exporter's textfile collector (exposition format 0.0.4, every
+metric a gauge; pure functions, controller side)."""
+
+from __future__ import annotations
+
+PROM_VERDICTS = ("PASS", "WARN", "FAIL", "UNREACHABLE", "NO_RESULT")
+
+PROM_METRICS = (
+    ("trainer_patrol_verdict", "Verdict of the latest patrol tick for the host (1 for the current verdict)."),
+    ("trainer_patrol_timestamp_seconds", "Unix time of the latest patrol tick."),
+    ("trainer_job_alive", "1 when the job's process is alive."),
+    ("trainer_job_items_done", "Queue items finished with exit code 0."),
+    ("trainer_job_items_failed", "Queue items finished with a non-zero exit code."),
+    ("trainer_job_items_total", "Queue length the job should finish (0: not graded)."),
+    ("trainer_job_progress", "Last progress value (epoch or step) since the latest start."),
+    ("trainer_job_crash_markers", "Crash markers in the log since the latest start."),
+    ("trainer_job_log_age_seconds", "Seconds since the job's log was last written."),
+    ("trainer_job_last_exit_code", "Exit code of the job's last run, when it has finished."),
+    ("trainer_disk_bytes_pct", "Percent of bytes used on a storage tier."),
+    ("trainer_disk_inodes_pct", "Percent of inodes used on a storage tier."),
+    ("trainer_gpu_utilization_pct", "GPU utilisation in percent."),
+    ("trainer_gpu_memory_used_mib", "GPU memory used in MiB."),
+    ("trainer_cgroup_oom_kills", "The cgroup's oom_kill counter."),
+)
+
+
+def _label_value(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample(name, labels, value):
+    inner = ",".join('%s="%s"' % (key, _label_value(val)) for key, val in labels)
+    return "%s{%s} %s" % (name, inner, repr(float(value)) if isinstance(value, float) else int(value))
+
+
+def prometheus_text(rows, now):
+    """Exposition-format text (every metric a gauge, HELP and TYPE once per family) for patrol rows."""
+    samples = {name: [] for name, _help in PROM_METRICS}
+    for row in rows:
+        host = ("host", row["host"])
+        for verdict in PROM_VERDICTS:
+            samples["trainer_patrol_verdict"].append(
+                ((host, ("verdict", verdict)), 1 if row["verdict"] == verdict else 0))
+        samples["trainer_patrol_timestamp_seconds"].append(((host,), int(now)))
+        for job in row.get("jobs") or []:
+            labels = (host, ("job", job.get("name")))
+            samples["trainer_job_alive"].append((labels, 1 if job.get("alive") else 0))
+            samples["trainer_job_items_done"].append((labels, job.get("items_done") or 0))
+            samples["trainer_job_items_failed"].append((labels, job.get("items_failed") or 0))
+            samples["trainer_job_items_total"].append((labels, job.get("items_total") or 0))
+            samples["trainer_job_crash_markers"].append((labels, job.get("crash_marker_count") or 0))
+            progress = job.get("progress") or {}
+            if progress.get("value") is not None:
+                samples["trainer_job_progress"].append(
+                    (labels + (("unit", progress.get("unit") or "progress"),), progress["value"]))
+            if job.get("log_age_seconds") is not None:
+                samples["trainer_job_log_age_seconds"].append((labels, job["log_age_seconds"]))
+            if job.get("last_exit_code") is not None:
+                samples["trainer_job_last_exit_code"].append((labels, job["last_exit_code"]))
+        for tier, prefix in (("data", "data"), ("durable", "durable")):
+            for metric, key in (("trainer_disk_bytes_pct", "bytes_pct"), ("trainer_disk_inodes_pct", "inodes_pct")):
+                value = row.get("%s_%s" % (prefix, key))
+                if value is not None:
+                    samples[metric].append(((host, ("tier", tier)), value))
+        for gpu in row.get("gpus") if isinstance(row.get("gpus"), list) else []:
+            labels = (host, ("gpu", gpu.get("index")))
+            if gpu.get("utilization_pct") is not None:
+                samples["trainer_gpu_utilization_pct"].append((labels, gpu["utilization_pct"]))
+            if gpu.get("memory_used_mib") is not None:
+                samples["trainer_gpu_memory_used_mib"].append((labels, gpu["memory_used_mib"]))
+        counters = (row.get("oom_kills") or {}).get("counters") or {}
+        if isinstance(counters.get("oom_kill"), int):
+            samples["trainer_cgroup_oom_kills"].append(((host,), counters["oom_kill"]))
+    lines = []
+    for name, text in PROM_METRICS:
+        if not samples[name]:
+            continue
+        lines += ["# HELP %s %s" % (name, text), "# TYPE %s gauge" % name]
+        lines += [_sample(name, labels, value) for labels, value in samples[name]]
+    return "\n".join(lines) + "\n"
