@@ -38,6 +38,12 @@ def test_parse_compute_apps_noheader_with_a_comma_in_the_name():
     assert gq.parse_compute_apps("") == []
 
 
+def test_usage_rows_of_job_status():
+    gpus = gq.parse_rows("0, 97, 70211, 81559\n1, [N/A], 10, 81559\n", gq.USAGE_FIELDS)
+    assert gpus[0] == {"index": 0, "utilization_pct": 97, "memory_used_mib": 70211, "memory_total_mib": 81559}
+    assert gpus[1]["utilization_pct"] is None
+
+
 def fake_smi(tmp_path, body):
     """An executable nvidia-smi: a Python script with ``body`` (it sees ``args``, the argv tail)."""
     path = tmp_path / "nvidia-smi"
