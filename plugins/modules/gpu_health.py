@@ -231,24 +231,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
-    DEFAULTS,
-    driver_unavailable,
-    evaluate,
-    kernel_log_unreadable,
-    smi_timeout,
-)
+    DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    NvidiaSmiParseError,
-    SmiError,
-    parse_rows,
-    query_args,
-    run_smi,
-)
+    NvidiaSmiParseError, SmiError, parse_rows, query_args, run_smi)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import (
-    SAMPLE_FIELDS,
-    classify_error,
-    parse_full,
-)
+    SAMPLE_FIELDS, classify_error, parse_full)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
 SAMPLE_COUNT = 5

@@ -87,9 +87,10 @@ def test_run_stops_with_the_runner_and_appends(tmp_path):
 
 def run_sampler(job_dir, runner_pid, path_dirs, interval="0.2"):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), PATH=os.pathsep.join(path_dirs))
-    return subprocess.Popen([sys.executable, "-m", "ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler",
-                             "--job-dir", str(job_dir), "--interval", interval, "--runner-pid", str(runner_pid)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    module = "ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler"
+    argv = [sys.executable, "-m", module, "--job-dir", str(job_dir), "--interval", interval, "--runner-pid",
+            str(runner_pid)]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_real_run_without_nvidia_smi_exits_with_the_runner(tmp_path):
@@ -149,7 +150,7 @@ def test_real_run_reads_a_fake_nvidia_smi(tmp_path):
             runner.kill()
         runner.wait()
     row = (tmp_path / "samples.tsv").read_text().splitlines()[1].split("\t")
-    assert row[1:4] == ["-", row[2], "NA"] and row[5:] == ["100;NA", "70211;5"]
+    assert row[1] == "-" and row[3:5] == ["NA", "NA"] and row[5:] == ["100;NA", "70211;5"]
 
 
 def test_bad_arguments_are_a_usage_error_not_a_traceback(tmp_path):
