@@ -350,4 +350,3 @@ def evaluate(gpus, samples=(), events=(), options=None, extra_findings=()):
     verdicts = dict((gpu["index"], verdict(f["level"] for f in findings if f["gpu"] == gpu["index"])) for gpu in gpus)
     findings.sort(key=lambda f: (-rank(f["level"]), f["gpu"] if f["gpu"] is not None else -1, f["code"]))
     return {"status": verdict(f["level"] for f in findings), "findings": findings, "gpu_verdicts": verdicts}
-

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup as cgroup_utils
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
 QUERY_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "query-gpu")
