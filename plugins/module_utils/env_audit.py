@@ -4,7 +4,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Pure checks of the training environment inside a container: cgroup memory and CPU, torch vs the driver.
 
-Host tools (free, top, nproc) describe the whole physical node; a rented container is judged by its cgroup.
+Host tools (free, top, nproc) describe the whole physical node; a rented container is judged by its cgroup, which
+``cgroup.py`` reads. This file holds only the audit's judgements (findings).
 """
 
 from __future__ import annotations
@@ -29,51 +30,6 @@ except Exception as exc:  # report any import or runtime failure as data
     out["error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
 """
-
-
-def cgroup_v2_path(proc_self_cgroup):
-    """The unified-hierarchy path from /proc/self/cgroup ('0::/system.slice/x'), or None on pure v1."""
-    for line in proc_self_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
-            return parts[2] or "/"
-    return None
-
-
-def parse_limit(text):
-    """'max' (v2) or a huge v1 sentinel means no limit -> None; otherwise an int."""
-    value = text.strip()
-    if value in ("", "max"):
-        return None
-    number = int(value)
-    return None if number >= 2 ** 60 else number
-
-
-def parse_keyed(text):
-    """'key value' lines (memory.events, memory.oom_control, cpu.stat) -> dict of ints."""
-    result = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            result[parts[0]] = int(parts[1])
-    return result
-
-
-def parse_cpu_max(text):
-    """cgroup v2 cpu.max 'quota period' ('max 100000' = unlimited) -> CPUs as a float, or None."""
-    parts = text.split()
-    if not parts or parts[0] == "max":
-        return None
-    period = int(parts[1]) if len(parts) > 1 else 100000
-    return int(parts[0]) / period
-
-
-def cpu_quota_v1(quota_us, period_us):
-    """cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us; -1 means unlimited."""
-    quota = int(quota_us.strip())
-    if quota <= 0:
-        return None
-    return quota / int(period_us.strip())
 
 
 def memory_findings(memory_max, memory_current, oom_kills, near_pct=90):

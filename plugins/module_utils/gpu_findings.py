@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, verdict
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding, rank, verdict
 
 
 # Reasons that mean the hardware or the thermal controller is holding clocks down.
@@ -58,15 +58,16 @@ REASON_WORDS = {
 LOAD_UTIL_PCT = 30
 LOAD_POWER_SHARE = 0.3
 
+DEFAULT_STOP_HINT = "stop the instance in the provider's console"
+# The thresholds' defaults: gpu_health's argument spec takes its defaults from here.
 DEFAULTS = {
     "expected_count": None,
     "expected_name": None,
     "min_memory_mib": None,
     "temp_hot_c": 83,
     "sm_clock_floor_pct": 70,
-    "platform_stop_hint": None,
+    "platform_stop_hint": DEFAULT_STOP_HINT,
 }
-DEFAULT_STOP_HINT = "stop the instance in the provider's console"
 
 XID_CODES = {"fatal": ("xid_fatal", "FAIL"), "app_fault": ("xid_app_fault", "WARN"), "info": ("xid_info", "INFO")}
 
@@ -86,11 +87,12 @@ def gpu_label(gpu):
 
 
 def make_finding(level, code, gpu, message, action, options=None):
-    """Build one finding; a FAIL message always ends with the unfit verdict and the meter-stop verb."""
+    """findings.finding() with the GPU index (None for host-wide findings); a FAIL message always ends with the
+    unfit verdict and the meter-stop verb."""
     if level == "FAIL":
         message = "%s. This box is unfit: stop it (%s) and rent a different one." % (
             message.rstrip("."), stop_hint(options))
-    return {"level": level, "code": code, "gpu": gpu, "message": message, "action": action}
+    return finding(level, code, message, action, gpu=gpu)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,6 +219,14 @@ def check_link(gpu, obs, options):
         "expect slower host<->GPU transfers; prefer another box for data-heavy jobs", options)]
 
 
+# Memory flags that are a FAIL when set: (key of the GPU dict, which is also the finding code; message).
+MEMORY_FLAGS = (
+    ("retired_pages_pending", "%s has retired memory pages waiting for a driver reload"),
+    ("remapped_rows_pending", "%s has a memory row remap pending (remapped rows: Pending = Yes); it needs a GPU reset"),
+    ("remapped_rows_failure", "%s reports a row-remapping failure (remapped rows: Remapping Failure Occurred = Yes)"),
+)
+
+
 def check_memory_health(gpu, obs, options):
     found = []
     volatile = gpu.get("ecc_uncorrectable_volatile")
@@ -226,21 +236,10 @@ def check_memory_health(gpu, obs, options):
             "%s has %d uncorrectable ECC errors since the driver loaded (aggregate %s)" % (
                 gpu_label(gpu), volatile, gpu.get("ecc_uncorrectable_aggregate")),
             unfit_action(options), options))
-    if gpu.get("retired_pages_pending"):
-        found.append(make_finding(
-            "FAIL", "retired_pages_pending", gpu["index"],
-            "%s has retired memory pages waiting for a driver reload" % gpu_label(gpu),
-            unfit_action(options), options))
-    if gpu.get("remapped_rows_pending"):
-        found.append(make_finding(
-            "FAIL", "remapped_rows_pending", gpu["index"],
-            "%s has a memory row remap pending (remapped rows: Pending = Yes); it needs a GPU reset" % gpu_label(gpu),
-            unfit_action(options), options))
-    if gpu.get("remapped_rows_failure"):
-        found.append(make_finding(
-            "FAIL", "remapped_rows_failure", gpu["index"],
-            "%s reports a row-remapping failure (remapped rows: Remapping Failure Occurred = Yes)" % gpu_label(gpu),
-            unfit_action(options), options))
+    for code, text in MEMORY_FLAGS:
+        if gpu.get(code):
+            found.append(make_finding("FAIL", code, gpu["index"], text % gpu_label(gpu), unfit_action(options),
+                                      options))
     return found
 
 
@@ -309,9 +308,9 @@ def driver_unavailable(error, options, gpu=None):
     """``error`` is nvidia_smi.classify_error()'s dict."""
     message = "nvidia-smi failed: %s (%s; exit %s): %s" % (
         error.get("meaning"), error.get("kind"), error.get("rc"), error.get("evidence") or "no output")
-    finding = make_finding("FAIL", "driver_unavailable", gpu, message, unfit_action(options), options)
-    finding["error"] = error.get("kind")
-    return finding
+    found = make_finding("FAIL", "driver_unavailable", gpu, message, unfit_action(options), options)
+    found["error"] = error.get("kind")
+    return found
 
 
 def smi_timeout(argv, seconds, options):

@@ -336,40 +336,6 @@ def scan_log(blocks, progress_regex, tail_lines=20):
     return state
 
 
-def parse_memory_events(text):
-    """cgroup v2 ``memory.events`` or v1 ``memory.oom_control`` text -> {key: int}."""
-    values = {}
-    for line in (text or "").splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                values[parts[0]] = int(parts[1])
-            except ValueError:
-                continue
-    return values
-
-
-def parse_gpu_query(text):
-    """``--query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`` -> list.
-
-    Values that are not numbers (``[N/A]`` under MIG, ``[Not Supported]``) become None.
-    """
-    def number(raw):
-        try:
-            return int(float(raw))
-        except ValueError:
-            return None
-
-    gpus = []
-    for line in (text or "").splitlines():
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != 4 or not cells[0].isdigit():
-            continue
-        gpus.append({"index": int(cells[0]), "utilization_pct": number(cells[1]),
-                     "memory_used_mib": number(cells[2]), "memory_total_mib": number(cells[3])})
-    return gpus
-
-
 def vanished_reason(exit_code, tail, oom_kill_delta, started_epoch, boot_epoch):
     """Why a job that is not alive stopped, as far as the evidence goes; never guesses an OOM kill.
 

@@ -5,11 +5,12 @@
 
 """Pure parsers for nvidia-smi output.
 
-Three input shapes are turned into ONE normalised per-GPU dict (see ``GPU_KEYS``):
+Two input shapes are turned into ONE normalised per-GPU dict (see ``GPU_KEYS``):
 
 * ``nvidia-smi -q -x`` XML (DTD v10..v13, old and new spellings) -> ``parse_xml``
 * ``nvidia-smi -q`` text (any label width, 610-style version lines) -> ``parse_text``
-* ``nvidia-smi --query-gpu=... --format=csv,noheader[,nounits]`` rows -> ``parse_query_csv``
+
+``--query-gpu`` CSV rows are read by ``gpu_query.parse_rows`` with the ``SAMPLE_FIELDS`` table below.
 
 Error outputs (no driver, library mismatch, lost GPU, ...) are recognised by ``classify_error``.
 Standard library only; runs on the target's Python 3.8+.
@@ -20,10 +21,12 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-
-class NvidiaSmiParseError(ValueError):
-    """Raised when an nvidia-smi output cannot be parsed at all."""
-
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
+    NvidiaSmiParseError,
+    is_no_value,
+    to_int,
+    to_number,
+)
 
 # Canonical clock event ("throttle") reasons, with the NVML bit used by the ``*.active`` bitmask.
 REASON_BITS = (
@@ -65,43 +68,12 @@ GPU_KEYS = (
     "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max",
 )
 
-_NO_VALUE_WORDS = frozenset((
-    "", "n/a", "na", "not supported", "unknown", "unknown error", "requested functionality has been deprecated",
-    "function not found", "-", "err!", "insufficient permissions",
-))
-_NUMBER_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
 _BUS_ID_RE = re.compile(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Value helpers
 # ---------------------------------------------------------------------------------------------------------------
-
-def is_no_value(raw):
-    """True for every "no value" spelling: None, `N/A`, `[N/A]`, `[Not Supported]`, any `[...]`, ..."""
-    if raw is None:
-        return True
-    text = raw.strip()
-    if text.startswith("[") and text.endswith("]"):
-        return True
-    return text.lower() in _NO_VALUE_WORDS
-
-
-def to_number(raw):
-    """Leading number of a value (`81559 MiB`, `67.74 W`, `16x`, `0 %`) as int or float; None when absent."""
-    if is_no_value(raw):
-        return None
-    match = _NUMBER_RE.match(raw)
-    if not match:
-        return None
-    text = match.group(1)
-    return float(text) if "." in text else int(text)
-
-
-def to_int(raw):
-    value = to_number(raw)
-    return None if value is None else int(value)
-
 
 def to_bool(raw):
     """`Yes`/`Enabled`/`Active` -> True, `No`/`Disabled`/`Not Active` -> False, anything else None."""
@@ -146,6 +118,14 @@ def reasons_from_bitmask(raw):
     except ValueError:
         return None
     return sorted(name for name, bit in REASON_BITS if mask & bit)
+
+
+def active_reasons(states):
+    """``{reason: True/False/None}`` of one GPU -> the sorted active reasons; None when no reason is known."""
+    known = [name for name in REASONS if states.get(name) is not None]
+    if not known:
+        return None
+    return sorted(name for name in known if states[name])
 
 
 def empty_gpu(index):
@@ -300,11 +280,8 @@ def _xml_reasons(gpu_el):
             continue
         if not len(node):
             return None  # text node such as `N/A` (vGPU)
-        states = dict((child.tag[len(prefix):], to_bool(child.text)) for child in node if child.tag.startswith(prefix))
-        known = [name for name in REASONS if states.get(name) is not None]
-        if not known:
-            return None
-        return sorted(name for name in known if states[name])
+        return active_reasons(dict((child.tag[len(prefix):], to_bool(child.text))
+                                   for child in node if child.tag.startswith(prefix)))
     return None
 
 
@@ -431,10 +408,7 @@ def _text_reasons(gpu_node):
             name = TEXT_REASON_LABELS.get(child.label.lower())
             if name:
                 states[name] = to_bool(child.value)
-        known = [name for name in REASONS if states.get(name) is not None]
-        if not known:
-            return None
-        return sorted(name for name in known if states[name])
+        return active_reasons(states)
     return None
 
 
@@ -486,7 +460,7 @@ def parse_full(text):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# `--query-gpu=... --format=csv,noheader,nounits`
+# `--query-gpu` samples (run and read by gpu_query)
 # ---------------------------------------------------------------------------------------------------------------
 
 # Sample fields gpu_health asks for, with the key and converter of each (all exist from 465.27 to 610.x).
@@ -503,33 +477,6 @@ SAMPLE_FIELDS = (
     ("pcie.link.width.max", "pcie_width_max", to_int),
     ("clocks_throttle_reasons.active", "throttle_reasons", reasons_from_bitmask),
 )
-
-
-def parse_query_csv(text, fields):
-    """Split `--query-gpu` CSV rows by position (the order requested) into ``{field: raw or None}`` dicts.
-
-    ``fields`` is the list of requested field names. Every "no value" spelling becomes None. A header line
-    (when `noheader` was not used) and blank lines are skipped; a row with the wrong number of cells raises
-    NvidiaSmiParseError.
-    """
-    fields = list(fields)
-    rows = []
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(", ")]
-        if len(cells) != len(fields):
-            raise NvidiaSmiParseError("query row has %d values for %d fields: %r" % (len(cells), len(fields), line))
-        if cells[0].split(" [")[0] == fields[0]:
-            continue  # header line
-        rows.append(dict((name, None if is_no_value(cell) else cell) for name, cell in zip(fields, cells)))
-    return rows
-
-
-def parse_samples(text, table=SAMPLE_FIELDS):
-    """Parse one `--query-gpu` run of ``table`` fields into typed sample dicts (keys from the table)."""
-    rows = parse_query_csv(text, [field for field, _key, _convert in table])
-    return [dict((key, convert(row[field])) for field, key, convert in table) for row in rows]
 
 
 # ---------------------------------------------------------------------------------------------------------------

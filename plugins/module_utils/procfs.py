@@ -61,6 +61,15 @@ def parse_status_uid(text):
     return None
 
 
+def parse_status_rss_kib(text):
+    """The resident set size in KiB from ``/proc/PID/status`` (``VmRSS:`` line), or None (kernel threads)."""
+    for line in (text or "").splitlines():
+        if line.startswith("VmRSS:"):
+            parts = line.split()
+            return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    return None
+
+
 def parse_cmdline(data):
     """``/proc/PID/cmdline`` bytes -> list of arguments (empty for kernel threads and zombies)."""
     if isinstance(data, str):
@@ -86,10 +95,11 @@ def clock_ticks():
         return 100
 
 
-def _read(path, binary=False):
+def _read(path, binary=False, limit=-1):
+    """A /proc file's content (at most ``limit`` bytes or characters when given), or None when unreadable."""
     try:
         with open(path, "rb" if binary else "r") as handle:
-            return handle.read()
+            return handle.read(limit)
     except (IOError, OSError, UnicodeDecodeError):
         return None
 
@@ -113,6 +123,11 @@ def read_cmdline(pid, proc=PROC):
 def read_uid(pid, proc=PROC):
     text = _read(os.path.join(proc, str(pid), "status"))
     return parse_status_uid(text) if text else None
+
+
+def read_rss_kib(pid, proc=PROC):
+    """VmRSS of PID in KiB, or None when it is gone, unreadable or a kernel thread."""
+    return parse_status_rss_kib(_read(os.path.join(proc, str(pid), "status"), limit=65536))
 
 
 def user_name(uid):
@@ -231,167 +246,3 @@ def holders(pattern, proc=PROC):
         if devices:
             found[pid] = devices
     return found, unreadable
-
-
-def parse_proc_cgroup(text):
-    """``/proc/PID/cgroup`` -> {"v2": path or None, "memory": v1 memory path or None}."""
-    found = {"v2": None, "memory": None}
-    for line in (text or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            found["v2"] = parts[2]
-        elif "memory" in parts[1].split(","):
-            found["memory"] = parts[2]
-    return found
-
-
-def memory_events_candidates(cgroup, root="/sys/fs/cgroup"):
-    """Files that may hold the oom_kill counter of this cgroup, most specific first (pure).
-
-    cgroup v2: ``<root>/<path>/memory.events`` then ``<root>/memory.events`` (inside a container the
-    namespace root is the container's cgroup). v1: ``memory.oom_control`` (it carries ``oom_kill`` on 4.13+).
-    """
-    paths = []
-    if cgroup["v2"] is not None:
-        paths.append(os.path.join(root, cgroup["v2"].lstrip("/"), "memory.events"))
-        paths.append(os.path.join(root, "memory.events"))
-    if cgroup["memory"] is not None:
-        paths.append(os.path.join(root, "memory", cgroup["memory"].lstrip("/"), "memory.oom_control"))
-        paths.append(os.path.join(root, "memory", "memory.oom_control"))
-    unique = []
-    for path in paths:
-        path = os.path.normpath(path)
-        if path not in unique:
-            unique.append(path)
-    return unique
-
-
-def read_counters(path):
-    """{counter: value} of a memory.events / memory.oom_control file; None when it cannot be read."""
-    content = _read(path) if path else None
-    if content is None:
-        return None
-    values = {}
-    for line in content.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            values[parts[0]] = int(parts[1])
-    return values
-
-
-def read_oom_kills(proc=PROC, root="/sys/fs/cgroup"):
-    """(path, {counter: value}) of this process's cgroup memory.events / memory.oom_control, or (None, {})."""
-    text = _read(os.path.join(proc, "self", "cgroup"))
-    for path in memory_events_candidates(parse_proc_cgroup(text), root):
-        values = read_counters(path)
-        if values and "oom_kill" in values:
-            return path, values
-    return None, {}
-
-
-# --- GPU device holders (vram_reaper) -------------------------------------------------------------------------
-
-COMPUTE_APPS_QUERY = ["--query-compute-apps=pid,used_memory,process_name", "--format=csv,noheader,nounits"]
-
-# Processes that hold /dev/nvidia* by design and are never compute apps: never reap them by default.
-DEFAULT_EXCLUDE_COMMANDS = ["nvidia-persistenced", "nv-hostengine", "nvidia-smi", "dcgm-exporter", "Xorg", "Xwayland",
-                            "gnome-shell"]
-
-
-def _memory(raw):
-    try:
-        return int(float(raw.strip().split()[0]))
-    except (ValueError, IndexError):
-        return None
-
-
-def parse_compute_apps(text):
-    """``nvidia-smi --query-compute-apps`` CSV -> [{pid, used_memory_mib, process_name}].
-
-    Reads our query (``pid,used_memory,process_name`` with ``noheader,nounits``) and, when a header line is present,
-    any field order (the captures in tests/fixtures/nvidia/compute-apps). Process names may contain commas, so the
-    pid is taken from the left (its column index) and the memory from the right.
-    """
-    rows = []
-    pid_col, has_header = 0, False
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        cells = [cell.strip() for cell in line.split(",")]
-        if not has_header and not rows and "pid" in [cell.lower() for cell in cells]:
-            pid_col, has_header = [cell.lower() for cell in cells].index("pid"), True
-            continue
-        if len(cells) <= pid_col or not cells[pid_col].isdigit():
-            continue
-        if has_header:
-            name = ", ".join(cells[pid_col + 1:-1])
-            memory = _memory(cells[-1])
-        else:
-            memory = _memory(cells[1]) if len(cells) > 1 else None
-            name = ", ".join(cells[2:])
-        rows.append({"pid": int(cells[pid_col]), "used_memory_mib": memory, "process_name": name})
-    return rows
-
-
-def container_hints(proc=PROC, root="/"):
-    """Signs that this PID namespace is a container: a marker file or a container cgroup of PID 1."""
-    hints = [marker for marker in (".dockerenv", "run/.containerenv") if os.path.exists(os.path.join(root, marker))]
-    cgroup = _read(os.path.join(proc, "1", "cgroup")) or ""
-    for word in ("docker", "kubepods", "containerd", "lxc", "libpod"):
-        if word in cgroup:
-            hints.append("pid 1 cgroup mentions %s" % word)
-            break
-    return hints
-
-
-def visibility(listed, holder_pids, smi_error, hints):
-    """Can "not listed by nvidia-smi" be trusted here? -> (unverified bool, reason or None). Pure.
-
-    Not when nvidia-smi could not be asked, when a PID it lists does not hold a device in this PID namespace (a
-    container sees host PIDs), or when it lists nothing while this looks like a container (it then lists none).
-    """
-    if smi_error:
-        return True, "nvidia-smi could not be asked (%s)" % smi_error
-    foreign = sorted(pid for pid in listed if pid not in holder_pids)
-    if foreign:
-        return True, ("nvidia-smi lists PID(s) %s that hold no GPU device in this PID namespace (a container "
-                      "seeing host PIDs)" % ", ".join(str(pid) for pid in foreign))
-    if not listed and holder_pids and hints:
-        return True, "nvidia-smi lists no process while devices are held, inside a container (%s)" % "; ".join(hints)
-    return False, None
-
-
-def classify_holders(holder_info, visible, guarded, exclude_pids, exclude_users, exclude_commands, min_age):
-    """Split device holders into candidates and skipped ones (pure).
-
-    ``holder_info``: {pid: {user, comm, cmdline, age, devices}}; ``guarded``: {pid: reason} for PID 1, this
-    module and its parents, and the protected process trees. Returns (candidates, skipped), each a list of dicts
-    with pid, user, cmdline, age, devices and reason.
-    """
-    candidates, skipped = [], []
-    for pid in sorted(holder_info):
-        info = holder_info[pid]
-        commands = {info.get("comm") or ""}
-        if info.get("cmdline"):
-            commands.add(os.path.basename(info["cmdline"][0]))
-        if pid in guarded:
-            reason = guarded[pid]
-        elif pid in exclude_pids:
-            reason = "excluded_pid"
-        elif info.get("user") in exclude_users:
-            reason = "excluded_user"
-        elif commands & set(exclude_commands):
-            reason = "excluded_command"
-        elif pid in visible:
-            reason = "visible"
-        elif info.get("age") is None or info["age"] < min_age:
-            reason = "young"
-        else:
-            reason = "invisible_to_nvidia_smi"
-        row = {"pid": pid, "user": info.get("user"), "cmdline": " ".join(info.get("cmdline") or []),
-               "age": int(info["age"]) if info.get("age") is not None else None,
-               "devices": info.get("devices", []), "reason": reason}
-        (candidates if reason == "invisible_to_nvidia_smi" else skipped).append(row)
-    return candidates, skipped

@@ -168,7 +168,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, inode_check, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
 
 DISK_REFUSE_PCT = 99
@@ -314,7 +314,7 @@ def launch(module, paths, wrapper, detach):
     for stale in (paths["pid_file"], paths["starttime_file"]):
         if os.path.exists(stale):
             os.unlink(stale)
-    oom_path, oom = procfs.read_oom_kills()
+    oom_path, oom = cgroup.read_oom_kills()
     meta = {"name": name, "detach": detach, "wrapper": wrapper, "log_path": paths["log_path"],
             "launched_epoch": time.time(), "oom_kill_at_launch": oom.get("oom_kill"), "oom_events_path": oom_path}
     write_atomic(paths["meta_file"], json.dumps(meta, indent=1, sort_keys=True) + "\n")

@@ -114,64 +114,21 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_audit
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, env_audit
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
 
-def read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def cgroup_dirs(root):
-    """The cgroup v2 directories from this process's cgroup up to the root (limits may sit on a parent)."""
-    rel = env_audit.cgroup_v2_path(read("/proc/self/cgroup") or "")
-    if rel is None or not os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return None
-    dirs, current = [], os.path.normpath(os.path.join(root, rel.lstrip("/")))
-    while current.startswith(root.rstrip("/")):
-        if os.path.isdir(current):
-            dirs.append(current)
-        if current == root.rstrip("/") or current == "/":
-            break
-        current = os.path.dirname(current)
-    return dirs
-
-
-def smallest(values):
-    values = [v for v in values if v is not None]
-    return min(values) if values else None
+class EnvAuditError(Exception):
+    """Bad arguments, reported with fail_json by main()."""
 
 
 def gather_cgroup(root):
-    info = {"version": None, "memory_max": None, "memory_current": None, "oom_kills": None,
-            "cpu_quota": None, "host_cpus": os.cpu_count(), "affinity_cpus": None, "recommended_threads": None}
+    """cgroup.limits() plus the CPUs the host has and this process may run on."""
+    info = cgroup.limits(root)
+    info.update(host_cpus=os.cpu_count(), affinity_cpus=None, recommended_threads=None)
     if hasattr(os, "sched_getaffinity"):
         info["affinity_cpus"] = len(os.sched_getaffinity(0))
-    dirs = cgroup_dirs(root)
-    if dirs:
-        info["version"] = 2
-        leaf = dirs[0]
-        info["memory_max"] = smallest(env_audit.parse_limit(read(os.path.join(d, "memory.max")) or "max") for d in dirs)
-        current = read(os.path.join(leaf, "memory.current"))
-        info["memory_current"] = int(current) if current and current.strip().isdigit() else None
-        events = env_audit.parse_keyed(read(os.path.join(leaf, "memory.events")) or "")
-        info["oom_kills"] = events.get("oom_kill")
-        info["cpu_quota"] = smallest(env_audit.parse_cpu_max(read(os.path.join(d, "cpu.max")) or "max") for d in dirs)
-    elif os.path.isdir(os.path.join(root, "memory")):
-        info["version"] = 1
-        info["memory_max"] = env_audit.parse_limit(read(os.path.join(root, "memory", "memory.limit_in_bytes")) or "max")
-        usage = read(os.path.join(root, "memory", "memory.usage_in_bytes"))
-        info["memory_current"] = int(usage) if usage and usage.strip().isdigit() else None
-        info["oom_kills"] = env_audit.parse_keyed(read(os.path.join(root, "memory", "memory.oom_control")) or "").get("oom_kill")
-        quota = read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
-        period = read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
-        if quota and period:
-            info["cpu_quota"] = env_audit.cpu_quota_v1(quota, period)
     return info
 
 
@@ -186,11 +143,13 @@ def probe_torch(timeout):
 
 
 def audit(params):
+    if params["torch_timeout"] <= 0:
+        raise EnvAuditError("torch_timeout must be a positive number of seconds (got %d)" % params["torch_timeout"])
     findings = []
-    cgroup = gather_cgroup(params["cgroup_root"])
-    findings.extend(env_audit.memory_findings(cgroup["memory_max"], cgroup["memory_current"], cgroup["oom_kills"]))
-    cpu, threads = env_audit.cpu_findings(cgroup["cpu_quota"], cgroup["host_cpus"], cgroup["affinity_cpus"])
-    cgroup["recommended_threads"] = threads
+    limits = gather_cgroup(params["cgroup_root"])
+    findings.extend(env_audit.memory_findings(limits["memory_max"], limits["memory_current"], limits["oom_kills"]))
+    cpu, threads = env_audit.cpu_findings(limits["cpu_quota"], limits["host_cpus"], limits["affinity_cpus"])
+    limits["recommended_threads"] = threads
     findings.extend(cpu)
     torch = probe_torch(params["torch_timeout"]) if params["torch"] else None
     findings.extend(env_audit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
@@ -203,12 +162,16 @@ def audit(params):
                 "the profile expects the proxy hook %s, which does not exist" % params["proxy_hook"],
                 "Without it downloads from Hugging Face, PyPI and GitHub hang behind the GFW: check the image, or "
                 "set trainer_proxy_hook for this host."))
-    return {"status": worst(findings), "findings": findings, "torch": torch, "cgroup": cgroup, "proxy_hook": hook,
-            "python": {"executable": sys.executable, "version": sys.version.split()[0]}}
+    return {"status": worst(findings), "findings": findings, "torch": torch, "cgroup": limits, "proxy_hook": hook,
+            "python": python_info()}
 
 
-def main():
-    module = AnsibleModule(
+def python_info():
+    return {"executable": sys.executable, "version": sys.version.split()[0]}
+
+
+def build_module():
+    return AnsibleModule(
         argument_spec=dict(
             proxy_hook=dict(type="str", default=""),
             driver_cuda_version=dict(type="str"),
@@ -220,7 +183,15 @@ def main():
         ),
         supports_check_mode=True,
     )
-    result = audit(module.params)
+
+
+def main():
+    module = build_module()
+    try:
+        result = audit(module.params)
+    except EnvAuditError as exc:
+        module.fail_json(msg=str(exc), changed=False, status="FAIL", findings=[], torch=None, cgroup={},
+                         proxy_hook={"path": None, "present": None}, python=python_info())
     exit_by_fail_on(module, result, module.params["fail_on"])
 
 

@@ -224,20 +224,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
-    driver_unavailable,
-    evaluate,
-    kernel_log_unreadable,
-    smi_timeout,
-)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
+    DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
+    NvidiaSmiParseError, SmiError, parse_rows, query_args, run_smi)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import (
-    SAMPLE_FIELDS,
-    NvidiaSmiParseError,
-    classify_error,
-    parse_full,
-    parse_samples,
-)
+    SAMPLE_FIELDS, classify_error, parse_full)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
 SAMPLE_COUNT = 5
@@ -250,27 +243,19 @@ ARGUMENT_SPEC = dict(
     expected_count=dict(type="int"),
     expected_name=dict(type="str"),
     min_memory_mib=dict(type="int"),
-    temp_hot_c=dict(type="int", default=83),
-    sm_clock_floor_pct=dict(type="int", default=70),
+    temp_hot_c=dict(type="int", default=DEFAULTS["temp_hot_c"]),
+    sm_clock_floor_pct=dict(type="int", default=DEFAULTS["sm_clock_floor_pct"]),
     sample_seconds=dict(type="float", default=5),
     kernel_log=dict(type="str", default="auto"),
     fail_on=dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"]),
     nvidia_smi_path=dict(type="path"),
     timeout=dict(type="int", default=20),
-    platform_stop_hint=dict(type="str", default="stop the instance in the provider's console"),
+    platform_stop_hint=dict(type="str", default=DEFAULTS["platform_stop_hint"]),
 )
 
 
-class Timeout(Exception):
-    """A command ran past its timeout."""
-
-
-def run(argv, timeout):
-    """Run ``argv`` under the C locale with a timeout -> (rc, stdout, stderr). Raises Timeout."""
-    rc, out, err = run_with_timeout(argv, timeout, grace=KILL_GRACE_SECONDS)
-    if rc is None:
-        raise Timeout()
-    return rc, out, err
+class GpuHealthError(Exception):
+    """Bad arguments, reported with fail_json by main()."""
 
 
 def find_nvidia_smi(module):
@@ -289,11 +274,11 @@ def gpu_for_pci(gpus, pci):
 
 def read_full_state(smi, timeout, options):
     """One `nvidia-smi -q -x` -> (parsed or None, findings)."""
-    argv = [smi, "-q", "-x"]
+    args = ["-q", "-x"]
     try:
-        rc, out, err = run(argv, timeout)
-    except Timeout:
-        return None, [smi_timeout(argv, timeout, options)]
+        rc, out, err = run_smi(smi, args, timeout, check=False)
+    except SmiError:  # with a path and check=False, only a timeout
+        return None, [smi_timeout([smi] + args, timeout, options)]
     parsed = None
     try:
         parsed = parse_full(out)
@@ -319,12 +304,11 @@ def take_samples(smi, timeout, seconds, options):
         if number:
             time.sleep(interval)
         while True:
-            argv = [smi, "--query-gpu=" + ",".join(field for field, _key, _convert in table),
-                    "--format=csv,noheader,nounits"]
+            args = query_args(table)
             try:
-                rc, out, err = run(argv, timeout)
-            except Timeout:
-                return samples, number, [smi_timeout(argv, timeout, options)]
+                rc, out, err = run_smi(smi, args, timeout, check=False)
+            except SmiError:  # with a path and check=False, only a timeout
+                return samples, number, [smi_timeout([smi] + args, timeout, options)]
             rejected = _REJECTED_FIELD_RE.search(out + err)
             if rc and rejected and rejected.group(1) != "index" and len(table) > 1:
                 table = [entry for entry in table if entry[0] != rejected.group(1)]
@@ -333,7 +317,7 @@ def take_samples(smi, timeout, seconds, options):
         if rc:
             return samples, number, []  # sampling is a bonus: the full state already carries the verdict's facts
         try:
-            samples.extend(parse_samples(out, table))
+            samples.extend(parse_rows(out, table))
         except NvidiaSmiParseError:
             return samples, number, []
     return samples, count, []
@@ -356,9 +340,8 @@ def read_kernel_log(module, source, timeout):
         if not path:
             reasons.append("%s not installed" % name)
             continue
-        try:
-            rc, out, err = run([path] + args, timeout)
-        except Timeout:
+        rc, out, err = run_with_timeout([path] + args, timeout, grace=KILL_GRACE_SECONDS)
+        if rc is None:
             reasons.append("%s timed out" % name)
             continue
         if rc == 0 and (out.strip() or empty_ok):
@@ -373,20 +356,18 @@ def options_of(params):
     return dict((key, params[key]) for key in keys)
 
 
-def validate(module):
-    params = module.params
+def validate(params):
+    """Raise GpuHealthError when an argument cannot be used."""
     if params["expected_name"]:
         try:
             re.compile(params["expected_name"])
         except re.error as exc:
-            module.fail_json(msg="expected_name is not a valid regular expression (%s): fix the pattern" % exc,
-                             **empty_result())
+            raise GpuHealthError("expected_name is not a valid regular expression (%s): fix the pattern" % exc)
     for key in ("sample_seconds", "temp_hot_c", "sm_clock_floor_pct", "expected_count", "min_memory_mib"):
         if params[key] is not None and params[key] < 0:
-            module.fail_json(msg="%s must not be negative (got %s)" % (key, params[key]), **empty_result())
+            raise GpuHealthError("%s must not be negative (got %s)" % (key, params[key]))
     if params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds (got %s)" % params["timeout"],
-                         **empty_result())
+        raise GpuHealthError("timeout must be a positive number of seconds (got %s)" % params["timeout"])
 
 
 def empty_result():
@@ -394,10 +375,10 @@ def empty_result():
                 cuda_version=None, samples=0)
 
 
-def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    validate(module)
+def check_gpus(module):
+    """The whole probe -> the module's result (without ``changed``)."""
     params = module.params
+    validate(params)
     options = options_of(params)
     timeout = params["timeout"]
     findings = []
@@ -426,8 +407,7 @@ def main():
     verdict = evaluate(gpus, samples, events, options, findings)
     for gpu in gpus:
         gpu["verdict"] = verdict["gpu_verdicts"].get(gpu["index"], "PASS")
-    result = dict(
-        changed=False,
+    return dict(
         status=verdict["status"],
         gpus=gpus,
         findings=verdict["findings"],
@@ -436,7 +416,19 @@ def main():
         cuda_version=parsed["cuda_version"] if parsed else None,
         samples=runs,
     )
-    exit_by_fail_on(module, result, params["fail_on"], message=lambda top: top["message"])
+
+
+def build_module():
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+
+
+def main():
+    module = build_module()
+    try:
+        result = check_gpus(module)
+    except GpuHealthError as exc:
+        module.fail_json(msg=str(exc), **empty_result())
+    exit_by_fail_on(module, result, module.params["fail_on"], message=lambda top: top["message"])
 
 
 if __name__ == "__main__":

@@ -168,6 +168,10 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_ch
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, worst
 
 
+class InodeCheckError(Exception):
+    """Bad arguments or an unreadable filesystem, reported with fail_json by main()."""
+
+
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
@@ -197,31 +201,27 @@ def usage_of(path):
         return inode_check.usage_from_statvfs(path, os.statvfs(path))
     except (FileNotFoundError, NotADirectoryError):
         return inode_check.missing_usage(path)
+    except OSError as exc:
+        raise InodeCheckError("cannot read filesystem statistics of %s: %s" % (path, exc.strerror))
 
 
 def run(params):
-    """Gather the report for the given module parameters; returns (result dict, error message or None)."""
+    """Gather the report for the given module parameters; raises InodeCheckError."""
     if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
-        return None, ("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
-                      % (params["warn_pct"], params["fail_pct"]))
+        raise InodeCheckError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
+                              % (params["warn_pct"], params["fail_pct"]))
     if params["top"] < 0:
-        return None, "top must be 0 or more, got %d" % params["top"]
+        raise InodeCheckError("top must be 0 or more, got %d" % params["top"])
     reports, findings = [], []
     for path in params["paths"]:
-        try:
-            usage = usage_of(path)
-        except OSError as exc:
-            return None, "cannot read filesystem statistics of %s: %s" % (path, exc.strerror)
+        usage = usage_of(path)
         usage["top"], usage["top_errors"] = [], []
         if usage["exists"] and params["top"] and os.path.isdir(path):
             usage["top"], usage["top_errors"] = inode_check.top_inode_consumers(path, params["top"])
         findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
         reports.append(usage)
     for budget in params["budgets"]:
-        try:
-            usage = usage_of(budget["path"])
-        except OSError as exc:
-            return None, "cannot read filesystem statistics of %s: %s" % (budget["path"], exc.strerror)
+        usage = usage_of(budget["path"])
         if not usage["exists"]:
             findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
             continue
@@ -231,15 +231,15 @@ def run(params):
         home = os.path.expanduser("~")
         hf_cache = inode_check.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
         findings.extend(inode_check.hf_cache_findings(hf_cache, params["hf_cache_warn_gib"] * 1024 ** 3))
-    return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}, None
+    return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}
 
 
 def main():
     module = build_module()
-    empty = {"status": "FAIL", "paths": [], "findings": [], "hf_cache": None}
-    result, error = run(module.params)
-    if error:
-        module.fail_json(msg=error, changed=False, **empty)
+    try:
+        result = run(module.params)
+    except InodeCheckError as exc:
+        module.fail_json(msg=str(exc), changed=False, status="FAIL", paths=[], findings=[], hf_cache=None)
     exit_by_fail_on(module, result, module.params["fail_on"])
 
 

@@ -187,11 +187,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE, run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
-
-GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 
 def build_module():
@@ -294,7 +292,7 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         if meta.get("oom_events_path") == oom["path"]:
             counters = oom["counters"]
         else:
-            counters = procfs.read_counters(meta.get("oom_events_path"))
+            counters = cgroup.read_counters(meta.get("oom_events_path"))
         if counters and "oom_kill" in counters:
             delta = max(0, counters["oom_kill"] - meta["oom_kill_at_launch"])
     last_exit = final["exit_code"] if final else None
@@ -329,19 +327,17 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
 
 def query_gpus(module, timeout):
     """(gpus or None, findings)."""
-    smi = module.get_bin_path("nvidia-smi")
-    if not smi:
-        return None, [finding("INFO", "gpu_unavailable", "nvidia-smi is not installed or not on PATH",
-                              "Nothing to do on a CPU-only box; otherwise check the driver.")]
-    rc, out, err = run_with_timeout([smi] + GPU_QUERY, timeout)
-    if rc is None:
-        return None, [finding("WARN", "gpu_query_timeout", "nvidia-smi did not answer within %d s" % timeout,
-                              "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
-    if rc != 0:
-        detail = (err.strip() or out.strip() or "no output").splitlines()[-1]
-        return None, [finding("WARN", "gpu_query_failed", "nvidia-smi exited %d: %s" % (rc, detail),
+    try:
+        return gpu_query.query_gpus(module.get_bin_path("nvidia-smi"), gpu_query.USAGE_FIELDS, timeout), []
+    except gpu_query.SmiError as exc:
+        if exc.kind == "not_installed":
+            return None, [finding("INFO", "gpu_unavailable", "%s or not on PATH" % exc,
+                                  "Nothing to do on a CPU-only box; otherwise check the driver.")]
+        if exc.kind == "timeout":
+            return None, [finding("WARN", "gpu_query_timeout", str(exc),
+                                  "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
+        return None, [finding("WARN", "gpu_query_failed", str(exc),
                               "Run remote_gpu.trainer.gpu_health to classify the driver error.")]
-    return jobs.parse_gpu_query(out), []
 
 
 def usage_of(path):
@@ -357,7 +353,7 @@ def run(module):
     now = time.time()
     uptime = procfs.read_uptime()
     boot_epoch = now - uptime if uptime is not None else None
-    oom_path, counters = procfs.read_oom_kills(root=params["cgroup_root"])
+    oom_path, counters = cgroup.read_oom_kills(root=params["cgroup_root"])
     oom = {"path": oom_path, "counters": counters}
     findings, reports = [], []
     for spec in job_list:

@@ -174,34 +174,33 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE, run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import vram_reaper as reaper
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 
+ARGUMENT_SPEC = dict(
+    force=dict(type="bool", default=False),
+    allow_unverified=dict(type="bool", default=False),
+    min_age=dict(type="int", default=120),
+    exclude_pids=dict(type="list", elements="int", default=[]),
+    exclude_users=dict(type="list", elements="str", default=[]),
+    exclude_commands=dict(type="list", elements="str", default=list(reaper.DEFAULT_EXCLUDE_COMMANDS)),
+    protect_pids=dict(type="list", elements="int", default=[]),
+    protect_pid_files=dict(type="list", elements="path", default=[]),
+    signal=dict(type="str", choices=["TERM", "KILL"], default="TERM"),
+    kill_grace=dict(type="int", default=10),
+    device_glob=dict(type="str", default="/dev/nvidia*"),
+    timeout=dict(type="int", default=15),
+)
 POLL_SECONDS = 0.1
 
 
 class ReaperError(Exception):
-    """A problem reported with fail_json."""
+    """Bad arguments or an unreadable PID file, reported with fail_json by main()."""
 
 
 def build_module():
-    return AnsibleModule(
-        argument_spec=dict(
-            force=dict(type="bool", default=False),
-            allow_unverified=dict(type="bool", default=False),
-            min_age=dict(type="int", default=120),
-            exclude_pids=dict(type="list", elements="int", default=[]),
-            exclude_users=dict(type="list", elements="str", default=[]),
-            exclude_commands=dict(type="list", elements="str", default=list(procfs.DEFAULT_EXCLUDE_COMMANDS)),
-            protect_pids=dict(type="list", elements="int", default=[]),
-            protect_pid_files=dict(type="list", elements="path", default=[]),
-            signal=dict(type="str", choices=["TERM", "KILL"], default="TERM"),
-            kill_grace=dict(type="int", default=10),
-            device_glob=dict(type="str", default="/dev/nvidia*"),
-            timeout=dict(type="int", default=15),
-        ),
-        supports_check_mode=True,
-    )
+    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
 
 
 def protected_roots(params):
@@ -229,15 +228,10 @@ def guarded_pids(stats, roots):
 
 def ask_nvidia_smi(module, timeout):
     """(listed rows, error text or None)."""
-    smi = module.get_bin_path("nvidia-smi")
-    if not smi:
-        return [], "nvidia-smi is not installed"
-    rc, out, err = run_with_timeout([smi] + procfs.COMPUTE_APPS_QUERY, timeout)
-    if rc is None:
-        return [], "nvidia-smi timed out after %d s" % timeout
-    if rc != 0:
-        return [], "nvidia-smi exited %d: %s" % (rc, (err.strip() or out.strip() or "no output").splitlines()[-1])
-    return procfs.parse_compute_apps(out), None
+    try:
+        return gpu_query.compute_apps(module.get_bin_path("nvidia-smi"), timeout), None
+    except gpu_query.SmiError as exc:
+        return [], str(exc)
 
 
 def describe(holders, stats):
@@ -302,11 +296,11 @@ def run(module, result):
     listed, smi_error = ask_nvidia_smi(module, params["timeout"])
     visible = sorted({row["pid"] for row in listed})
     result["visible_pids"] = visible
-    unverified, reason = procfs.visibility(set(visible), set(holders), smi_error, procfs.container_hints())
+    unverified, reason = reaper.visibility(set(visible), set(holders), smi_error, reaper.container_hints())
     result.update(unverified=unverified, unverified_reason=reason)
     stats = procfs.all_stats()
     info = describe(holders, stats)
-    candidates, passed_over = procfs.classify_holders(
+    candidates, passed_over = reaper.classify_holders(
         info, set(visible), guarded_pids(stats, roots), set(params["exclude_pids"]), set(params["exclude_users"]),
         set(params["exclude_commands"]), params["min_age"])
     result.update(candidates=candidates, passed_over=passed_over)

@@ -9,29 +9,6 @@ def codes(found):
     return sorted(f["code"] for f in found)
 
 
-def test_cgroup_v2_path_and_v1_only():
-    assert env_audit.cgroup_v2_path("0::/system.slice/docker-abc.scope\n") == "/system.slice/docker-abc.scope"
-    assert env_audit.cgroup_v2_path("0::/\n") == "/"
-    hybrid = "12:memory:/docker/abc\n11:cpu,cpuacct:/docker/abc\n0::/docker/abc\n"
-    assert env_audit.cgroup_v2_path(hybrid) == "/docker/abc"
-    assert env_audit.cgroup_v2_path("12:memory:/docker/abc\n") is None
-
-
-@pytest.mark.parametrize("text,expected", [("max\n", None), ("68719476736\n", 68719476736),
-                                           ("9223372036854771712\n", None), ("", None)])
-def test_parse_limit(text, expected):
-    assert env_audit.parse_limit(text) == expected
-
-
-def test_parse_keyed_and_cpu():
-    events = env_audit.parse_keyed("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n")
-    assert events["oom_kill"] == 2
-    assert env_audit.parse_cpu_max("1200000 100000\n") == 12.0
-    assert env_audit.parse_cpu_max("max 100000\n") is None
-    assert env_audit.cpu_quota_v1("-1\n", "100000\n") is None
-    assert env_audit.cpu_quota_v1("250000\n", "100000\n") == 2.5
-
-
 def test_memory_findings():
     assert codes(env_audit.memory_findings(None, 10, 0)) == []
     assert codes(env_audit.memory_findings(1000, 950, 0)) == ["memory_near_limit"]

@@ -17,6 +17,7 @@ import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings as gf
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query as gq
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import xid
 
@@ -48,7 +49,7 @@ def sample_rows(rel):
             name = next(n for n in HEADER_ALIASES.get(field, (field,)) if n in header)
             picked.append(cells[header.index(name)])
         rows.append(", ".join(picked))
-    return smi.parse_samples("\n".join(rows))
+    return gq.parse_rows("\n".join(rows), smi.SAMPLE_FIELDS)
 
 
 def run(gpus, samples=(), events=(), extra=(), **options):

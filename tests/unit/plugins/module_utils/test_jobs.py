@@ -170,13 +170,6 @@ def test_item_statuses(tmp_path):
     assert jobs.item_statuses(str(tmp_path / "absent")) == []
 
 
-def test_gpu_query_and_memory_events():
-    gpus = jobs.parse_gpu_query("0, 97, 70211, 81559\n1, [N/A], 10, 81559\n")
-    assert gpus[0] == {"index": 0, "utilization_pct": 97, "memory_used_mib": 70211, "memory_total_mib": 81559}
-    assert gpus[1]["utilization_pct"] is None
-    assert jobs.parse_memory_events("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")["oom_kill"] == 1
-
-
 def base_job(**changes):
     job = {"name": "abl", "job_dir": "/r/abl", "exists": True, "alive": True, "crash_markers": [],
            "crash_marker_count": 0, "items_total": 0, "items_done": 0, "last_exit_code": None,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query as gq
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
 
 NVIDIA = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia"
@@ -281,18 +282,18 @@ def test_parse_full_dispatches():
 def test_every_query_capture_splits_by_position(name):
     rel = "query-gpu/" + name
     fields = query_fields(rel)
-    rows = smi.parse_query_csv(read(rel), fields)
+    rows = gq.parse_query_csv(read(rel), fields)
     assert rows
     for row in rows:
         assert list(row) == fields
         for value in row.values():
-            assert value is None or not smi.is_no_value(value)
+            assert value is None or not gq.is_no_value(value)
 
 
 def test_query_no_value_spellings_become_none():
     rel = "query-gpu/query-gpu-all-fields__nvidia-geforce-rtx-2080-super__610.62__windows-x86_64.load.csv"
     raw = read(rel)
-    row = smi.parse_query_csv(raw, query_fields(rel))[0]
+    row = gq.parse_query_csv(raw, query_fields(rel))[0]
     cells = raw.splitlines()[1].split(", ")
     for spelling in ("[N/A]", "[Requested functionality has been deprecated]", "[Function Not Found]"):
         assert spelling in cells
@@ -303,13 +304,13 @@ def test_query_no_value_spellings_become_none():
 @pytest.mark.parametrize("spelling", ["[N/A]", "N/A", "[Not Supported]", "[Requested functionality has been deprecated]",
                                       "[Function Not Found]", "[Unknown Error]", "", "  "])
 def test_is_no_value(spelling):
-    assert smi.is_no_value(spelling)
-    assert smi.to_number(spelling) is None
+    assert gq.is_no_value(spelling)
+    assert gq.to_number(spelling) is None
 
 
 def test_derived_health_fields_h100_load():
     rel = "query-gpu/DERIVED__noheader-nounits-health-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.load.csv"
-    row = smi.parse_query_csv(read(rel), query_fields(rel))[0]
+    row = gq.parse_query_csv(read(rel), query_fields(rel))[0]
     assert row["index"] == "0" and row["utilization.gpu"] == "100"
     assert row["retired_pages.pending"] is None  # [N/A]
     assert smi.reasons_from_bitmask(row["clocks_event_reasons.active"]) == []
@@ -317,13 +318,13 @@ def test_derived_health_fields_h100_load():
 
 def test_mig_query_utilisation_is_none():
     rel = "query-gpu/DERIVED__noheader-nounits-health-fields__nvidia-h100-mig__590.48.01__linux-x86_64.load.csv"
-    assert smi.parse_query_csv(read(rel), query_fields(rel))[0]["utilization.gpu"] is None
+    assert gq.parse_query_csv(read(rel), query_fields(rel))[0]["utilization.gpu"] is None
 
 
 def test_query_row_with_wrong_cell_count_is_a_clean_error():
     rel = "query-gpu/DERIVED__noheader-nounits-health-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.load.csv"
-    with pytest.raises(smi.NvidiaSmiParseError):
-        smi.parse_query_csv(read(rel), ["index", "name"])
+    with pytest.raises(gq.NvidiaSmiParseError):
+        gq.parse_query_csv(read(rel), ["index", "name"])
 
 
 def test_sample_fields_exist_on_every_driver():

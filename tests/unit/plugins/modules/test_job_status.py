@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup as cgroup_utils
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
 QUERY_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "query-gpu")
@@ -83,7 +83,7 @@ def test_oom_kill_needs_a_counter_rise(module_runner, tmp_path):
     (cgroup / "memory").mkdir(parents=True)
     (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 3\noom_kill 3\n")
     (cgroup / "memory" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
-    path, _counters = procfs.read_oom_kills(root=str(cgroup))
+    path, _counters = cgroup_utils.read_oom_kills(root=str(cgroup))
     final = {"item": None, "exit_code": 137, "started": "a", "finished": "b"}
     make_job(run_dir, "oom", final=final, meta={"oom_kill_at_launch": 1, "oom_events_path": path,
                                                 "launched_epoch": time.time()})

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import vram_reaper as reaper
 from ansible_collections.remote_gpu.trainer.plugins.modules import vram_reaper
 
 COMPUTE_APPS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "compute-apps")
@@ -17,7 +18,7 @@ H200_LOAD = "query-compute-apps__nvidia-h200__590.48.01__linux-x86_64.load.csv"
 
 def real_rows():
     """(pid, used MiB, process name) of a real capture (H200 under gpu-burn + memhog)."""
-    rows = procfs.parse_compute_apps(open(os.path.join(COMPUTE_APPS, H200_LOAD)).read())
+    rows = gpu_query.parse_compute_apps(open(os.path.join(COMPUTE_APPS, H200_LOAD)).read())
     return [(row["pid"], row["used_memory_mib"], row["process_name"]) for row in rows]
 
 
@@ -169,7 +170,7 @@ def test_nothing_listed_inside_a_container_is_unverified(module_runner, box, mon
     # The seed's bug: in a container nvidia-smi lists no process, so the live job looked like a zombie.
     job, job_pid = box.holder()
     box.smi("")
-    monkeypatch.setattr(procfs, "container_hints", lambda: ["/.dockerenv"])
+    monkeypatch.setattr(reaper, "container_hints", lambda: ["/.dockerenv"])
     failed, result = module_runner(vram_reaper, box.args(force=True))
     assert not failed and result["unverified"] is True and "container" in result["unverified_reason"]
     assert [c["pid"] for c in result["candidates"]] == [job_pid]
@@ -179,7 +180,7 @@ def test_nothing_listed_inside_a_container_is_unverified(module_runner, box, mon
 def test_nothing_listed_on_bare_metal_is_the_zombie_case(module_runner, box, monkeypatch):
     zombie, zombie_pid = box.holder()
     box.smi("")
-    monkeypatch.setattr(procfs, "container_hints", lambda: [])
+    monkeypatch.setattr(reaper, "container_hints", lambda: [])
     failed, result = module_runner(vram_reaper, box.args(force=True, signal="KILL"))
     assert not failed and result["unverified"] is False and result["killed"] == [zombie_pid]
     assert zombie.wait(timeout=10) is not None

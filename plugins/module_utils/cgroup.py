@@ -1,0 +1,219 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one adapter for cgroups (v1 and v2): where a process's cgroup is, and what its files say.
+
+A rented container is judged by its cgroup, not by the host's tools. ``/proc/PID/cgroup`` names the cgroup
+(``0::/path`` on the unified v2 hierarchy, ``N:memory:/path`` for the v1 memory controller); the files below
+``/sys/fs/cgroup`` hold the limits and counters. Inside a container the namespace root is the container's own
+cgroup, so every lookup falls back from the named path to the root.
+
+The ``parse_*`` functions take text; the readers take the mount point (``root``) and ``proc`` so tests can point
+them at directories of their own. Every read is bounded and never raises. Standard library only, Python 3.8+:
+env_audit, job_status, detached_job and the sampler sidecar use it on the box.
+"""
+
+from __future__ import annotations
+
+import os
+
+ROOT = "/sys/fs/cgroup"
+PROC = "/proc"
+MAX_READ = 65536  # cgroup and /proc files are small; never read more of one
+
+
+def read_text(path, limit=MAX_READ):
+    """The first ``limit`` bytes of a file as text, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except (IOError, OSError, TypeError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parsers
+# ---------------------------------------------------------------------------------------------------------------
+
+def parse_proc_cgroup(text):
+    """``/proc/PID/cgroup`` -> {"v2": unified path or None, "memory": v1 memory-controller path or None}."""
+    found = {"v2": None, "memory": None}
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            found["v2"] = parts[2] or "/"
+        elif "memory" in parts[1].split(","):
+            found["memory"] = parts[2] or "/"
+    return found
+
+
+def cgroup_v2_path(proc_self_cgroup):
+    """The unified-hierarchy path from /proc/self/cgroup ('0::/system.slice/x'), or None on pure v1."""
+    return parse_proc_cgroup(proc_self_cgroup)["v2"]
+
+
+def parse_limit(text):
+    """'max' (v2) or a huge v1 sentinel means no limit -> None; otherwise an int."""
+    value = (text or "").strip()
+    if value in ("", "max"):
+        return None
+    number = int(value)
+    return None if number >= 2 ** 60 else number
+
+
+def parse_int(text):
+    """A counter file such as memory.current -> int, or None."""
+    value = (text or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def parse_keyed(text):
+    """'key value' lines (memory.events, memory.oom_control, cpu.stat) -> dict of ints."""
+    result = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            result[parts[0]] = int(parts[1])
+    return result
+
+
+def parse_cpu_max(text):
+    """cgroup v2 cpu.max 'quota period' ('max 100000' = unlimited) -> CPUs as a float, or None."""
+    parts = (text or "").split()
+    if not parts or parts[0] == "max":
+        return None
+    period = int(parts[1]) if len(parts) > 1 else 100000
+    return int(parts[0]) / period
+
+
+def cpu_quota_v1(quota_us, period_us):
+    """cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us; -1 means unlimited."""
+    quota = int(quota_us.strip())
+    if quota <= 0:
+        return None
+    return quota / int(period_us.strip())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paths (pure)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _unique(paths):
+    unique = []
+    for path in paths:
+        path = os.path.normpath(path)
+        if path not in unique:
+            unique.append(path)
+    return unique
+
+
+def _pairs(cgroup, v2_name, v1_name, root):
+    """[(the cgroup's own file, the hierarchy root's file)] for v2 then v1, for the hierarchies it is in."""
+    pairs = []
+    if cgroup["v2"] is not None:
+        pairs.append((os.path.join(root, cgroup["v2"].lstrip("/"), v2_name), os.path.join(root, v2_name)))
+    if cgroup["memory"] is not None:
+        pairs.append((os.path.join(root, "memory", cgroup["memory"].lstrip("/"), v1_name),
+                      os.path.join(root, "memory", v1_name)))
+    return pairs
+
+
+def memory_events_candidates(cgroup, root=ROOT):
+    """Files that may hold the oom_kill counter of this cgroup, most specific first (pure).
+
+    cgroup v2: ``<root>/<path>/memory.events`` then ``<root>/memory.events`` (inside a container the
+    namespace root is the container's cgroup). v1: ``memory.oom_control`` (it carries ``oom_kill`` on 4.13+).
+    ``cgroup`` is parse_proc_cgroup()'s dict.
+    """
+    return _unique(path for pair in _pairs(cgroup, "memory.events", "memory.oom_control", root) for path in pair)
+
+
+def memory_usage_candidates(cgroup, root=ROOT):
+    """Files that may hold the memory in use by this cgroup (v2 ``memory.current``, v1 ``memory.usage_in_bytes``):
+    the cgroup's own files first, then the hierarchy roots' (pure)."""
+    pairs = _pairs(cgroup, "memory.current", "memory.usage_in_bytes", root)
+    return _unique([own for own, _top in pairs] + [top for _own, top in pairs])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Readers
+# ---------------------------------------------------------------------------------------------------------------
+
+def proc_cgroup(pid="self", proc=PROC):
+    """parse_proc_cgroup() of ``/proc/PID/cgroup`` (all None when it cannot be read)."""
+    return parse_proc_cgroup(read_text(os.path.join(proc, str(pid), "cgroup")))
+
+
+def read_counters(path):
+    """{counter: value} of a memory.events / memory.oom_control file; None when it cannot be read."""
+    content = read_text(path) if path else None
+    return None if content is None else parse_keyed(content)
+
+
+def read_oom_kills(proc=PROC, root=ROOT, pid="self"):
+    """(path, {counter: value}) of the process's cgroup memory.events / memory.oom_control, or (None, {})."""
+    for path in memory_events_candidates(proc_cgroup(pid, proc), root):
+        values = read_counters(path)
+        if values and "oom_kill" in values:
+            return path, values
+    return None, {}
+
+
+def memory_usage_file(pid="self", proc=PROC, root=ROOT):
+    """The first readable memory usage file of the process's cgroup, or None."""
+    for path in memory_usage_candidates(proc_cgroup(pid, proc), root):
+        if parse_int(read_text(path)) is not None:
+            return path
+    return None
+
+
+def v2_dirs(root=ROOT, proc=PROC):
+    """The cgroup v2 directories from this process's cgroup up to the root (limits may sit on a parent); None
+    when the unified hierarchy is not mounted at ``root``."""
+    rel = proc_cgroup("self", proc)["v2"]
+    if rel is None or not os.path.exists(os.path.join(root, "cgroup.controllers")):
+        return None
+    top = root.rstrip("/") or "/"
+    dirs, current = [], os.path.normpath(os.path.join(root, rel.lstrip("/")))
+    while current.startswith(top):
+        if os.path.isdir(current):
+            dirs.append(current)
+        if current == top or current == "/":
+            break
+        current = os.path.dirname(current)
+    return dirs
+
+
+def _smallest(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def limits(root=ROOT, proc=PROC):
+    """Memory and CPU limits of this process's cgroup -> {version, memory_max, memory_current, oom_kills,
+    cpu_quota}; every value None when it cannot be read."""
+    info = {"version": None, "memory_max": None, "memory_current": None, "oom_kills": None, "cpu_quota": None}
+    dirs = v2_dirs(root, proc)
+    if dirs:
+        leaf = dirs[0]
+        info.update(
+            version=2,
+            memory_max=_smallest(parse_limit(read_text(os.path.join(d, "memory.max")) or "max") for d in dirs),
+            memory_current=parse_int(read_text(os.path.join(leaf, "memory.current"))),
+            oom_kills=parse_keyed(read_text(os.path.join(leaf, "memory.events"))).get("oom_kill"),
+            cpu_quota=_smallest(parse_cpu_max(read_text(os.path.join(d, "cpu.max")) or "max") for d in dirs))
+    elif os.path.isdir(os.path.join(root, "memory")):
+        memory = os.path.join(root, "memory")
+        info.update(
+            version=1,
+            memory_max=parse_limit(read_text(os.path.join(memory, "memory.limit_in_bytes")) or "max"),
+            memory_current=parse_int(read_text(os.path.join(memory, "memory.usage_in_bytes"))),
+            oom_kills=parse_keyed(read_text(os.path.join(memory, "memory.oom_control"))).get("oom_kill"))
+        quota = read_text(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+        period = read_text(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+        if quota and period:
+            info["cpu_quota"] = cpu_quota_v1(quota, period)
+    return info
