@@ -5,8 +5,8 @@
 """The core of checked_sync: atomic, verified copy to the durable tier, with a budget check first.
 
 Standard library only, no Ansible: the module ``remote_gpu.trainer.checked_sync`` is a thin wrapper around
-``sync()``, and launch ships this file (with atomic.py, fsbudget.py and digest.py, the files it imports) to the box, where the run wrapper calls
-it as a command line::
+``sync()``, and launch ships this file (with the files it imports: atomic.py, fsbudget.py and digest.py) to the
+box, where the run wrapper calls it as a command line::
 
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.sync SRC DEST [--include GLOB]...
         [--min-free-inodes N] [--reserve-bytes N] [--check]
