@@ -8,7 +8,13 @@ import pytest
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 
 # fake_torch is a fixture
-from checkpoint_files import codes, fake_torch, flip_byte_in_member, write_safetensors, write_torch_zip  # noqa: F401 pylint: disable=unused-import
+from checkpoint_files import (  # noqa: F401 pylint: disable=unused-import
+    codes,
+    fake_torch,
+    flip_byte_in_member,
+    write_safetensors,
+    write_torch_zip,
+)
 
 
 # --------------------------------------------------------------------------- roster

@@ -99,6 +99,10 @@ def test_run_rsync_failures_say_what_to_do(monkeypatch, outcome, message):
 
 def test_run_rsync_returns_stdout(monkeypatch):
     seen = []
-    monkeypatch.setattr(rsync, "run_with_timeout", lambda argv, timeout: seen.append((argv, timeout)) or (0, "ok\n", ""))
+
+    def ran(argv, timeout):
+        seen.append((argv, timeout))
+        return 0, "ok\n", ""
+    monkeypatch.setattr(rsync, "run_with_timeout", ran)
     assert rsync.run_rsync(["rsync", "-a"], 30, "x") == "ok\n"
     assert seen == [(["rsync", "-a"], 30)]
