@@ -196,8 +196,9 @@ def test_a_run_id_that_cannot_name_a_directory_fails(box, pulls):
 
 
 def test_the_argument_spec_comes_from_the_documentation():
-    assert set(pull_verify.SPEC) == {"src", "manifest_path", "manifest_sha256", "run_id", "pull_root", "allow_extra",
-                                     "pull", "use_torch", "timeout"}
-    assert pull_verify.SPEC["pull"] == {"type": "bool", "default": True}
-    assert pull_verify.SPEC["src"] == {"type": "str", "required": True}
-    assert pull_verify.ActionModule._VALID_ARGS == frozenset(pull_verify.SPEC)  # pylint: disable=protected-access
+    spec = pull_verify.ActionModule.SPEC
+    assert set(spec) == {"src", "manifest_path", "manifest_sha256", "run_id", "pull_root", "allow_extra", "pull",
+                         "use_torch", "timeout"}
+    assert spec["pull"] == {"type": "bool", "default": True}
+    assert spec["src"] == {"type": "str", "required": True}
+    assert pull_verify.ActionModule._VALID_ARGS == frozenset(spec)  # pylint: disable=protected-access

@@ -10,7 +10,7 @@ import pytest
 
 from ansible.errors import AnsibleActionFail
 
-from ansible_collections.remote_gpu.trainer.plugins.action.teardown_gate import SPEC, ActionModule
+from ansible_collections.remote_gpu.trainer.plugins.action.teardown_gate import ActionModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
 
 from controller_actions import run_action
@@ -164,7 +164,7 @@ def test_the_gate_writes_nothing(pulls):
 
 
 def test_the_argument_spec_comes_from_the_documentation():
-    assert SPEC == {
+    assert ActionModule.SPEC == {
         "run_id": {"type": "str", "required": True},
         "pull_root": {"type": "path", "default": "pulls"},
         "manifest_sha256": {"type": "str", "default": ""},
@@ -172,6 +172,7 @@ def test_the_argument_spec_comes_from_the_documentation():
         "command": {"type": "list", "elements": "str", "default": []},
         "reason": {"type": "str", "default": ""},
     }
+    assert ActionModule._VALID_ARGS == frozenset(ActionModule.SPEC)  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("args, message", [

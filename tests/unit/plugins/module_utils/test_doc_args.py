@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from unittest.mock import MagicMock
+
+import pytest
+
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import (
+    DocumentedAction,
+    argument_spec,
+    valid_args,
+)
 
 DOC = r"""
 ---
@@ -66,3 +75,43 @@ def test_the_spec_validates_like_a_module_would():
 def test_a_documentation_without_options_gives_an_empty_spec():
     assert argument_spec("---\nmodule: bare\nshort_description: nothing to set\n") == {}
     assert argument_spec("") == {}
+
+
+class Echo(DocumentedAction):
+    """An action that returns the arguments it was given."""
+
+    DOCUMENTATION = DOC
+
+    def act(self, result, args, task_vars):
+        return dict(result, args=args, host=task_vars["inventory_hostname"])
+
+
+def make(args):
+    task = MagicMock()
+    task.args, task.async_val, task.check_mode, task.action = dict(args), 0, False, "example"
+    connection = MagicMock()
+    connection._shell.tmpdir = None  # pylint: disable=protected-access
+    return Echo(task=task, connection=connection, play_context=MagicMock(), loader=MagicMock(), templar=MagicMock(),
+                shared_loader_obj=None)
+
+
+def test_a_documented_action_gets_its_spec_and_valid_args_from_the_documentation():
+    assert Echo.SPEC == argument_spec(DOC)
+    # an alias is a valid name too
+    valid = Echo._VALID_ARGS  # pylint: disable=protected-access
+    assert valid == frozenset(["name", "mode", "how", "token", "hosts", "limits"])
+    assert DocumentedAction.SPEC == {}
+    assert valid_args({"a": {"type": "str"}, "b": {"aliases": ["c", "d"]}}) == frozenset("abcd")
+
+
+def test_a_documented_action_acts_on_validated_arguments_with_the_defaults():
+    result = make({"name": "x", "how": "slow"}).run(task_vars={"inventory_hostname": "box1"})
+    assert result["host"] == "box1"
+    assert result["args"]["mode"] == "slow" and result["args"]["hosts"] == [] and result["args"]["token"] is None
+
+
+def test_a_documented_action_refuses_bad_arguments_before_acting():
+    with pytest.raises(AnsibleActionFail, match="Invalid options for example: nmae"):
+        make({"nmae": "x"}).run(task_vars={"inventory_hostname": "box1"})
+    with pytest.raises(AnsibleActionFail, match="value of mode must be one of: fast, slow, got: medium"):
+        make({"name": "x", "mode": "medium"}).run(task_vars={"inventory_hostname": "box1"})
