@@ -198,7 +198,8 @@ def main():
         run(module, result)
     except ManifestError as exc:
         result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
-        module.fail_json(**dict(result, msg="pull_manifest failed: %s" % exc))
+        result["msg"] = "pull_manifest failed: %s" % exc
+        module.fail_json(**result)
     result["msg"] = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
     module.exit_json(**result)
 

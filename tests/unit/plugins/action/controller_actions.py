@@ -14,7 +14,7 @@ def make_connection(transport="local", options=None):
     connection = MagicMock()
     connection.transport = transport
     connection._shell.tmpdir = None  # pylint: disable=protected-access
-    connection.get_option.side_effect = lambda name: (options or {}).get(name)
+    connection.get_option.side_effect = dict(options or {}).get
     return connection
 
 
