@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from unittest.mock import MagicMock
 
 import pytest
@@ -93,7 +94,7 @@ def test_target_from_a_local_connection_is_the_controller(transport):
 ])
 def test_run_rsync_failures_say_what_to_do(monkeypatch, outcome, message):
     monkeypatch.setattr(rsync, "run_with_timeout", lambda argv, timeout: outcome)
-    with pytest.raises(rsync.RsyncError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(rsync.RsyncError, match=re.escape(message)):
         rsync.run_rsync(["rsync"], 30, "box:/x")
 
 
