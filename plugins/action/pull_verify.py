@@ -12,26 +12,20 @@ import json
 import os
 
 from ansible.module_utils.common.text.converters import to_native
-from ansible.plugins.action import ActionBase
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
-from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
-
-SPEC = argument_spec(DOCUMENTATION)
+from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION as MODULE_DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(SPEC)
+class ActionModule(DocumentedAction):
+    DOCUMENTATION = MODULE_DOCUMENTATION
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+    def act(self, result, args, task_vars):
         host = task_vars["inventory_hostname"]
         try:
             dest = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])

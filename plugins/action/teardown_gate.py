@@ -8,22 +8,15 @@ from __future__ import annotations
 
 import os
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
-from ansible_collections.remote_gpu.trainer.plugins.modules.teardown_gate import DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
-
-SPEC = argument_spec(DOCUMENTATION)
+from ansible_collections.remote_gpu.trainer.plugins.modules.teardown_gate import DOCUMENTATION as MODULE_DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(SPEC)
+class ActionModule(DocumentedAction):
+    DOCUMENTATION = MODULE_DOCUMENTATION
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+    def act(self, result, args, task_vars):
         host = task_vars["inventory_hostname"]
         approvals, approval_error = teardown.parse_approvals(args["approve"])
         try:

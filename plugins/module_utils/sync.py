@@ -5,8 +5,8 @@
 """The core of checked_sync: atomic, verified copy to the durable tier, with a budget check first.
 
 Standard library only, no Ansible: the module ``remote_gpu.trainer.checked_sync`` is a thin wrapper around
-``sync()``, and launch ships this file (with fsbudget.py and manifest.py) to the box, where the run wrapper calls
-it as a command line::
+``sync()``, and launch ships this file (with the files it imports: atomic.py, fsbudget.py and digest.py) to the
+box, where the run wrapper calls it as a command line::
 
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.sync SRC DEST [--include GLOB]...
         [--min-free-inodes N] [--reserve-bytes N] [--check]
@@ -24,10 +24,9 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, replacing, write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import (
     check_budget,
     copy_needs,
@@ -36,7 +35,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import
     free_inodes,
     fs_free,
 )
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.manifest import sha256_file
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
 
 CHUNK_SIZE = 1024 * 1024
 
@@ -229,26 +228,15 @@ def copy_metadata(path, st):
 
 def copy_verified(item):
     """Temp file in the destination directory, hash while copying, fsync, read back, replace, fsync dir."""
-    directory, name = os.path.split(item["dest"])
-    fd, tmp = tempfile.mkstemp(prefix=".%s.checked_sync." % name[:64], suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            digest, size = copy_hashing(item["src"], out, item["stat"])
-            out.flush()
-            os.fsync(out.fileno())
-        stored = read_back(tmp)
+    name = os.path.basename(item["dest"])
+    with replacing(item["dest"], prefix=".%s.checked_sync." % name[:64]) as staged:
+        digest, size = copy_hashing(item["src"], staged.file, item["stat"])
+        staged.close()
+        stored = read_back(staged.name)
         if stored != digest:
             raise SyncError("verification failed for %s: wrote sha256 %s, read back %s; the previous copy is "
                             "unchanged" % (item["dest"], digest, stored))
-        copy_metadata(tmp, item["stat"])
-        os.replace(tmp, item["dest"])
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(directory)
+        copy_metadata(staged.name, item["stat"])
     return digest, size
 
 
@@ -271,7 +259,14 @@ def check_paths(src, dest):
 
 
 def run_sync(module, result):
-    """Plan, check the budget, then copy file by file. Fills ``result``; raises SyncError/OSError on failure."""
+    """Plan, check the budget, then copy file by file. Fills ``result``; raises SyncError (only) on failure."""
+    try:
+        _run_sync(module, result)
+    except OSError as exc:
+        raise SyncError("I/O error: %s" % exc) from exc
+
+
+def _run_sync(module, result):
     src, dest, include = module.params["src"], module.params["dest"], module.params["include"]
     for key in ("min_free_inodes", "reserve_bytes"):
         if module.params[key] < 0:
@@ -331,28 +326,34 @@ def empty_result(dest):
                 dest=dest, free_bytes=None, free_inodes=None, msg="")
 
 
+def remeasure(result):
+    """Free bytes and inodes of the destination after the sync (left as they were when it cannot be measured)."""
+    try:
+        result["free_bytes"], result["free_inodes"], _st = measure(result["dest"])
+    except OSError:
+        pass
+    return result
+
+
+def failed_result(result, exc):
+    """``result`` of a sync that ``run_sync`` ended with the SyncError ``exc``: what was done, what went wrong."""
+    result["changed"] = bool(result["copied"])
+    result["bytes_copied"] = sum(item["bytes"] for item in result["copied"])
+    remeasure(result)
+    done = "; %d file(s) were copied and verified before the failure" % len(result["copied"]) \
+        if result["copied"] else ""
+    result["msg"] = "checked_sync failed: %s%s. The previous durable copies are intact." % (exc, done)
+    return result
+
+
 def sync(module):
-    """Run the whole sync for ``module`` (params, check_mode) -> ``(failed, result)``; never raises SyncError/OSError."""
+    """Run the whole sync for ``module`` (params, check_mode) -> ``(failed, result)``; never raises SyncError."""
     result = empty_result(module.params["dest"])
     try:
         run_sync(module, result)
-    except (SyncError, OSError) as exc:
-        result["changed"] = bool(result["copied"])
-        result["bytes_copied"] = sum(item["bytes"] for item in result["copied"])
-        try:
-            result["free_bytes"], result["free_inodes"], _st = measure(module.params["dest"])
-        except OSError:
-            pass
-        done = "; %d file(s) were copied and verified before the failure" % len(result["copied"]) \
-            if result["copied"] else ""
-        detail = str(exc) if isinstance(exc, SyncError) else "I/O error: %s" % exc
-        result["msg"] = "checked_sync failed: %s%s. The previous durable copies are intact." % (detail, done)
-        return True, result
-    try:
-        result["free_bytes"], result["free_inodes"], _st = measure(module.params["dest"])
-    except OSError:
-        pass
-    return False, result
+    except SyncError as exc:
+        return True, failed_result(result, exc)
+    return False, remeasure(result)
 
 
 def cli(argv=None):

@@ -181,12 +181,11 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
 
-# The plan, budget check, copy and verification live in module_utils/sync.py (shared with the run wrapper that
-# launch ships to the box); bench/checked_sync_vs_cp.py calls run_sync(module, result) through this module.
-run_sync = sync_core.run_sync
+# The plan, budget check, copy and verification live in module_utils/sync.py, shared with the run wrapper that
+# launch ships to the box (which calls sync_core.cli).
 
 
-def main():
+def build_module():
     module = AnsibleModule(
         argument_spec=dict(
             src=dict(type="path", required=True),
@@ -199,10 +198,17 @@ def main():
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
-    failed, result = sync_core.sync(module)
-    if failed:
-        module.fail_json(**result)
-    module.exit_json(**result)
+    return module
+
+
+def main():
+    module = build_module()
+    result = sync_core.empty_result(module.params["dest"])
+    try:
+        sync_core.run_sync(module, result)
+    except sync_core.SyncError as exc:
+        module.fail_json(**sync_core.failed_result(result, exc))
+    module.exit_json(**sync_core.remeasure(result))
 
 
 if __name__ == "__main__":

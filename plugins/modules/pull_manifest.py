@@ -142,6 +142,7 @@ def current_bytes(path):
 
 
 def run(module, result):
+    """Build the manifest and write it unless it is unchanged. Fills ``result``; raises ManifestError (only)."""
     params = module.params
     root = os.path.normpath(params["root"])
     if not os.path.isdir(root):
@@ -157,14 +158,18 @@ def run(module, result):
     data = manifest_bytes(manifest)
     result.update(manifest=manifest, sha256=hashlib.sha256(data).hexdigest(),
                   total_bytes=manifest["total_bytes"], file_count=len(manifest["files"]))
-    if current_bytes(path) == data:
-        return
-    result["changed"] = True
-    if not module.check_mode:
-        write_atomic(path, data)
+    try:
+        if current_bytes(path) == data:
+            return
+        result["changed"] = True
+        if not module.check_mode:
+            write_atomic(path, data)
+    except OSError as exc:
+        raise ManifestError("failed to write %s: %s; free space there or choose another manifest_path"
+                            % (path, exc)) from exc
 
 
-def main():
+def build_module():
     module = AnsibleModule(
         argument_spec=dict(
             root=dict(type="path", required=True),
@@ -178,16 +183,17 @@ def main():
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+    return module
+
+
+def main():
+    module = build_module()
     result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, msg="")
     try:
         run(module, result)
     except ManifestError as exc:
         result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
         result["msg"] = "pull_manifest failed: %s" % exc
-        module.fail_json(**result)
-    except OSError as exc:
-        result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
-        result["msg"] = "pull_manifest failed to write %s: %s" % (result["manifest_path"], exc)
         module.fail_json(**result)
     result["msg"] = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
     module.exit_json(**result)

@@ -5,17 +5,24 @@
 """Controller actions take their argument spec from their module's DOCUMENTATION: the options are written once.
 
     from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION
-    SPEC = argument_spec(DOCUMENTATION)
+    from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
-    class ActionModule(ActionBase):
-        _VALID_ARGS = frozenset(SPEC)
-        ...
-        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+    class ActionModule(DocumentedAction):
+        DOCUMENTATION = DOCUMENTATION
+
+        def act(self, result, args, task_vars):
+            ...  # args: validated, with the documented defaults
+
+An action that needs its own ``run()`` can still use ``SPEC = argument_spec(DOCUMENTATION)``,
+``_VALID_ARGS = valid_args(SPEC)`` (the names and their aliases) and
+``self.validate_argument_spec(argument_spec=SPEC)``.
 """
 
 from __future__ import annotations
 
 import yaml
+
+from ansible.plugins.action import ActionBase
 
 # The keys of an option's documentation that are also keys of an argument spec.
 _SPEC_KEYS = ("type", "required", "default", "choices", "elements", "aliases", "no_log")
@@ -33,3 +40,38 @@ def argument_spec(documentation):
     """The argument spec described by a module's DOCUMENTATION string (its ``options``)."""
     options = (yaml.safe_load(documentation) or {}).get("options") or {}
     return dict((name, _option_spec(doc)) for name, doc in options.items())
+
+
+def valid_args(spec):
+    """Every name a task may use for the options of ``spec``: the names and their aliases."""
+    names = set(spec)
+    for option in spec.values():
+        names.update(option.get("aliases") or ())
+    return frozenset(names)
+
+
+class DocumentedAction(ActionBase):
+    """A controller action whose options are its module's DOCUMENTATION, checked once, before ``act()``.
+
+    A subclass sets ``DOCUMENTATION``; ``SPEC`` and ``_VALID_ARGS`` follow from it. ``run()`` refuses unknown
+    options and arguments that do not match the spec (AnsibleActionFail, as Ansible's own actions do), then calls
+    ``act(result, args, task_vars)`` with the validated arguments and returns what it returns.
+    """
+
+    TRANSFERS_FILES = False
+    DOCUMENTATION = ""
+    SPEC = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.SPEC = argument_spec(cls.DOCUMENTATION)
+        cls._VALID_ARGS = valid_args(cls.SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _spec, args = self.validate_argument_spec(argument_spec=self.SPEC)
+        return self.act(result, args, task_vars or {})
+
+    def act(self, result, args, task_vars):
+        """The action itself: ``result`` from ActionBase.run, ``args`` validated against ``SPEC``."""
+        raise NotImplementedError

@@ -46,3 +46,34 @@ def test_fsync_dir_tolerates_only_filesystems_that_cannot(tmp_path, monkeypatch)
     monkeypatch.setattr(atomic.os, "fsync", eio)
     with pytest.raises(OSError):
         atomic.fsync_dir(str(tmp_path))
+
+
+def test_replacing_lets_the_block_check_the_closed_temp_before_the_rename(tmp_path):
+    target = tmp_path / "best.pt"
+    target.write_bytes(b"old")
+    seen = []
+    with atomic.replacing(str(target), prefix=".best.pt.checked_sync.") as staged:
+        staged.file.write(b"new")
+        staged.close()
+        staged.close()  # idempotent
+        assert os.path.basename(staged.name).startswith(".best.pt.checked_sync.") and staged.name.endswith(".tmp")
+        seen.append(open(staged.name, "rb").read())
+        assert target.read_bytes() == b"old"  # not yet renamed
+    assert seen == [b"new"] and target.read_bytes() == b"new"
+    assert sorted(os.listdir(tmp_path)) == ["best.pt"]
+
+
+def test_replacing_refused_by_the_block_keeps_the_old_file_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "best.pt"
+    target.write_bytes(b"old")
+    with pytest.raises(ValueError, match="read back differs"):
+        with atomic.replacing(str(target)) as staged:
+            staged.file.write(b"new")
+            staged.close()
+            raise ValueError("read back differs")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.replacing(str(target)) as staged:
+            staged.file.write(b"half")
+            raise KeyboardInterrupt
+    assert target.read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["best.pt"]

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
 
 
@@ -41,3 +43,21 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert json.loads(bad.stdout)["msg"].startswith("checked_sync failed: no file under")
     check = _cli(str(tmp_path / "src"), str(tmp_path / "dest3"), "--check")
     assert check.returncode == 0 and not (tmp_path / "dest3").exists()
+
+
+def test_run_sync_raises_only_sync_error_and_an_io_error_says_so(tmp_path, monkeypatch):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "best.pt").write_bytes(b"B")
+    params = {"src": str(tmp_path / "src"), "dest": str(tmp_path / "dest"), "include": None,
+              "min_free_inodes": 0, "reserve_bytes": 0}
+
+    def no_space(*_args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(sync, "copy_hashing", no_space)
+    result = sync.empty_result(params["dest"])
+    with pytest.raises(sync.SyncError) as caught:
+        sync.run_sync(sync.Params(params), result)
+    assert str(caught.value) == "I/O error: [Errno 28] No space left on device"
+    failed, result = sync.sync(sync.Params(params))
+    assert failed and result["msg"].startswith("checked_sync failed: I/O error: [Errno 28] No space left on device.")
+    assert result["changed"] is False and result["free_bytes"] is not None

@@ -1,0 +1,204 @@
+"""pull_verify's run() on the controller: verify a local copy (pull=false) or pull it with rsync over the local
+transport, against the box's manifest; PULL_VERIFIED.json is written only for a copy that matches."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.remote_gpu.trainer.plugins.action import pull_verify
+from ansible_collections.remote_gpu.trainer.plugins.action import teardown_gate
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+
+from controller_actions import make_connection, run_action
+
+HOST, RUN = "box1", "exp42"
+FILES = {"metrics.json": b'{"acc": 0.9}\n', "ckpt/notes.txt": b"epoch 7\n", "log.txt": b"L" * 3000}
+
+
+def write_tree(root, files):
+    for rel, data in files.items():
+        path = root.joinpath(*rel.split("/"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+@pytest.fixture
+def box(tmp_path):
+    """A result root standing in for the box's, and its manifest beside it as pull_manifest writes it."""
+    root = tmp_path / "box" / "runs" / RUN
+    write_tree(root, FILES)
+    data = mf.manifest_bytes(dict(mf.build_manifest(str(root), sorted(FILES)), run_id=RUN))
+    manifest_path = root.parent / ("PULL_MANIFEST.%s.json" % RUN)
+    manifest_path.write_bytes(data)
+    return {"root": root, "manifest_path": manifest_path, "sha": hashlib.sha256(data).hexdigest()}
+
+
+@pytest.fixture
+def pulls(tmp_path):
+    return tmp_path / "pulls"
+
+
+def pull_dir(pulls):
+    return pulls / HOST / RUN
+
+
+def copy_to_controller(box, pulls):
+    """What an earlier pull left on the controller: data/ and PULL_MANIFEST.json."""
+    dest = pull_dir(pulls)
+    shutil.copytree(str(box["root"]), str(dest / teardown.DATA_DIR))
+    shutil.copyfile(str(box["manifest_path"]), str(dest / teardown.MANIFEST_NAME))
+    return dest
+
+
+def verify(box, pulls, check_mode=False, **overrides):
+    args = {"src": str(box["root"]), "manifest_path": str(box["manifest_path"]), "manifest_sha256": box["sha"],
+            "run_id": RUN, "pull_root": str(pulls), "pull": False, "use_torch": False}
+    args.update(overrides)
+    return run_action(pull_verify.ActionModule, args, host=HOST, check_mode=check_mode)
+
+
+def verified_record(pulls):
+    return json.loads((pull_dir(pulls) / teardown.VERIFIED_NAME).read_text())
+
+
+def test_a_matching_copy_is_verified_and_opens_the_gate(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    result = verify(box, pulls)
+    assert not result.get("failed"), result["msg"]
+    assert result["verified"] is True and result["changed"] is True and result["problems"] == []
+    assert result["pull_dir"] == str(dest) and result["verified_path"] == str(dest / teardown.VERIFIED_NAME)
+    assert result["manifest_sha256"] == box["sha"] and result["file_count"] == 3
+    assert result["total_bytes"] == sum(len(data) for data in FILES.values())
+    record = verified_record(pulls)
+    assert record["host"] == HOST and record["run_id"] == RUN and record["manifest_sha256"] == box["sha"]
+    assert [f["path"] for f in record["files"]] == ["ckpt/notes.txt", "log.txt", "metrics.json"]
+    assert record["problems"] == [] and record["total_bytes"] == result["total_bytes"] and record["verified_at"]
+    assert [n for n in os.listdir(str(dest)) if n.endswith(".tmp")] == []
+
+    gate = run_action(teardown_gate.ActionModule, {"run_id": RUN, "pull_root": str(pulls),
+                                                   "manifest_sha256": box["sha"], "approve": HOST}, host=HOST)
+    assert gate["open"] is True, gate["msg"]
+
+
+@pytest.mark.parametrize("damage, code", [
+    (lambda data: (data / "metrics.json").write_bytes(b'{"acc": 0.1}\n'), "sha256_mismatch"),
+    (lambda data: (data / "log.txt").write_bytes(b"L" * 2999), "size_mismatch"),
+    (lambda data: (data / "ckpt" / "notes.txt").unlink(), "missing"),
+    (lambda data: (data / "stray.bin").write_bytes(b"x"), "extra"),
+])
+def test_a_mismatch_removes_the_older_verified_file_and_fails_with_the_problems(box, pulls, damage, code):
+    dest = copy_to_controller(box, pulls)
+    assert not verify(box, pulls).get("failed")
+    assert (dest / teardown.VERIFIED_NAME).exists()
+    damage(dest / teardown.DATA_DIR)
+    result = verify(box, pulls)
+    assert result["failed"] is True and result["verified"] is False
+    assert [p["code"] for p in result["problems"]] == [code]
+    assert "does not match the box" in result["msg"] and code in result["msg"]
+    assert "Nothing was marked verified" in result["msg"]
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+
+
+def test_extra_files_pass_when_allowed(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    (dest / teardown.DATA_DIR / "stray.bin").write_bytes(b"x")
+    result = verify(box, pulls, allow_extra=True)
+    assert result["verified"] is True and not result.get("failed")
+
+
+def test_a_manifest_that_differs_from_the_boxs_fails_and_marks_nothing(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    verify(box, pulls)
+    result = verify(box, pulls, manifest_sha256="c" * 64)
+    assert result["failed"] is True and "differs from the box's" in result["msg"]
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+
+
+def test_a_missing_or_broken_manifest_fails_and_says_which(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    (dest / teardown.MANIFEST_NAME).unlink()
+    result = verify(box, pulls)
+    assert result["failed"] is True and result["msg"].startswith("cannot read the pulled manifest")
+    (dest / teardown.MANIFEST_NAME).write_bytes(b"{}")
+    result = verify(box, pulls, manifest_sha256=hashlib.sha256(b"{}").hexdigest())
+    assert result["failed"] is True and result["msg"].startswith("the pulled manifest is not valid")
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+
+
+def test_check_mode_reports_the_plan_and_writes_nothing(box, pulls):
+    result = verify(box, pulls, check_mode=True, pull=True)
+    assert result["changed"] is True and not result.get("failed") and result["verified"] is False
+    assert result["msg"].startswith("would pull box1:%s into %s" % (box["root"], pull_dir(pulls) / "data"))
+    assert not pulls.exists()
+
+
+def test_pull_over_the_local_transport_uses_rsync_and_verifies(box, pulls):
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync is not installed")
+    result = verify(box, pulls, pull=True)
+    assert not result.get("failed"), result["msg"]
+    assert result["verified"] is True
+    data = pull_dir(pulls) / teardown.DATA_DIR
+    assert (data / "log.txt").read_bytes() == FILES["log.txt"]
+    assert (pull_dir(pulls) / teardown.MANIFEST_NAME).read_bytes() == box["manifest_path"].read_bytes()
+    # a stale file from an earlier pull is deleted by the next one (--delete), so the roster stays exact
+    (data / "stale.bin").write_bytes(b"old")
+    assert verify(box, pulls, pull=True)["verified"] is True and not (data / "stale.bin").exists()
+
+
+def test_a_failed_rsync_fails_with_what_to_do(box, pulls, monkeypatch):
+    calls = []
+
+    def failing(argv, timeout, what):
+        calls.append((argv, timeout))
+        raise pull_verify.rsync.RsyncError("rsync of %s failed (exit 23): gone. Run again" % what)
+    monkeypatch.setattr(pull_verify.rsync, "run_rsync", failing)
+    connection = make_connection("ssh", {"host": "10.0.0.5", "remote_user": "root", "port": 2222})
+    result = run_action(pull_verify.ActionModule, {
+        "src": "/root/runs/exp42/", "manifest_path": "/root/runs/PULL_MANIFEST.exp42.json",
+        "manifest_sha256": box["sha"], "run_id": RUN, "pull_root": str(pulls), "timeout": 60}, host=HOST,
+        connection=connection)
+    assert result["failed"] is True and "exit 23" in result["msg"]
+    argv, timeout = calls[0]
+    assert timeout == 60 and argv[-2:] == ["root@10.0.0.5:/root/runs/exp42/", str(pull_dir(pulls) / "data") + "/"]
+    assert "--delete" in argv and "--partial" in argv
+    assert argv[argv.index("-e") + 1] == "ssh -o BatchMode=yes -p 2222"
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"pul": False}, "Invalid options for remote_gpu.trainer.action: pul"),
+    ({"run_id": None}, "run_id"),
+    ({"pull": "maybe"}, "pull"),
+    ({"timeout": "soon"}, "timeout"),
+])
+def test_bad_arguments_are_refused(box, pulls, args, message):
+    full = {"src": str(box["root"]), "manifest_path": str(box["manifest_path"]), "manifest_sha256": box["sha"],
+            "run_id": RUN, "pull_root": str(pulls)}
+    full.update(args)
+    full = dict((key, value) for key, value in full.items() if value is not None)
+    with pytest.raises(AnsibleActionFail, match=message):
+        run_action(pull_verify.ActionModule, full, host=HOST)
+    assert not pulls.exists()
+
+
+def test_a_run_id_that_cannot_name_a_directory_fails(box, pulls):
+    result = verify(box, pulls, run_id="../up")
+    assert result["failed"] is True and "cannot name a directory" in result["msg"]
+    assert not pulls.exists()
+
+
+def test_the_argument_spec_comes_from_the_documentation():
+    spec = pull_verify.ActionModule.SPEC
+    assert set(spec) == {"src", "manifest_path", "manifest_sha256", "run_id", "pull_root", "allow_extra", "pull",
+                         "use_torch", "timeout"}
+    assert spec["pull"] == {"type": "bool", "default": True}
+    assert spec["src"] == {"type": "str", "required": True}
+    assert pull_verify.ActionModule._VALID_ARGS == frozenset(spec)  # pylint: disable=protected-access

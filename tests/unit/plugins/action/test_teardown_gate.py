@@ -1,0 +1,186 @@
+"""The teardown gate's run(): open only with a verified pull for this host and run, the box's manifest sha and an
+approval by name; every refusal has its code; check mode reports without failing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.remote_gpu.trainer.plugins.action.teardown_gate import ActionModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+
+from controller_actions import run_action
+
+HOST, RUN, SHA = "box1", "exp42", "a" * 64
+STOP = ["shutdown", "-h", "now"]
+
+
+@pytest.fixture
+def pulls(tmp_path):
+    return tmp_path / "pulls"
+
+
+def write_verified(pulls, host=HOST, run_id=RUN, sha=SHA, problems=(), where=None):
+    """A PULL_VERIFIED.json as pull_verify writes it, in the pull directory of ``where`` (host, run)."""
+    directory = pulls.joinpath(*(where or (HOST, RUN)))
+    directory.mkdir(parents=True, exist_ok=True)
+    record = {"host": host, "run_id": run_id, "manifest_sha256": sha, "files": [], "total_bytes": 0,
+              "problems": list(problems)}
+    (directory / teardown.VERIFIED_NAME).write_text(json.dumps(record))
+    return directory
+
+
+def gate(pulls, check_mode=False, **overrides):
+    args = {"run_id": RUN, "pull_root": str(pulls), "manifest_sha256": SHA, "approve": HOST, "command": STOP}
+    args.update(overrides)
+    return run_action(ActionModule, args, host=HOST, check_mode=check_mode)
+
+
+def codes(result):
+    return [r["code"] for r in result["refusals"]]
+
+
+def test_open_with_a_verified_pull_the_same_manifest_and_an_approval_by_name(pulls):
+    directory = write_verified(pulls)
+    result = gate(pulls, approve="box0, box1")
+    assert result["open"] is True and result["refusals"] == [] and not result.get("failed")
+    assert result["approved"] is True and result["changed"] is False
+    assert result["pull_dir"] == str(directory)
+    assert result["msg"] == "gate open for box1: pull verified for run exp42 and approved by name"
+
+
+def test_an_approval_list_works_like_the_comma_separated_string(pulls):
+    write_verified(pulls)
+    assert gate(pulls, approve=["box1"])["open"] is True
+
+
+def test_no_verified_pull_refuses(pulls):
+    result = gate(pulls)
+    assert result["failed"] is True and result["open"] is False
+    assert codes(result) == ["no_pull_verified"]
+    assert result["msg"].startswith("teardown refused for box1: no_pull_verified: no PULL_VERIFIED.json for box1")
+
+
+def test_an_unreadable_verified_file_refuses_as_absent(pulls):
+    directory = write_verified(pulls)
+    (directory / teardown.VERIFIED_NAME).write_text("{not json")
+    assert codes(gate(pulls)) == ["no_pull_verified"]
+
+
+@pytest.mark.parametrize("host, run_id", [(HOST, "exp41"), ("box2", RUN)])
+def test_a_verified_pull_of_another_run_or_host_refuses(pulls, host, run_id):
+    write_verified(pulls, host=host, run_id=run_id)
+    result = gate(pulls)
+    assert result["failed"] is True and result["open"] is False
+    assert codes(result) == ["pull_verified_mismatch"]
+
+
+def test_the_verified_pull_of_another_run_does_not_open_this_run(pulls):
+    write_verified(pulls, run_id="exp41", where=(HOST, "exp41"))
+    result = gate(pulls)
+    assert codes(result) == ["no_pull_verified"] and result["open"] is False
+
+
+def test_a_manifest_that_changed_after_the_pull_refuses(pulls):
+    write_verified(pulls)
+    result = gate(pulls, manifest_sha256="b" * 64)
+    assert result["failed"] is True and codes(result) == ["manifest_changed"]
+    assert "bbbbbbbbbbbb" in result["refusals"][0]["message"] and "aaaaaaaaaaaa" in result["refusals"][0]["message"]
+
+
+def test_an_unknown_box_manifest_refuses(pulls):
+    write_verified(pulls)
+    result = gate(pulls, manifest_sha256="")
+    assert codes(result) == ["manifest_unknown"] and result["open"] is False
+
+
+def test_a_verification_with_problems_refuses(pulls):
+    write_verified(pulls, problems=[{"code": "missing", "path": "best.pt", "message": "gone"}])
+    assert codes(gate(pulls)) == ["pull_not_verified"]
+
+
+@pytest.mark.parametrize("approve", ["all", "yes", "box1,all", ["*"], "Y"])
+def test_a_blanket_approval_refuses_even_with_the_host_named(pulls, approve):
+    write_verified(pulls)
+    result = gate(pulls, approve=approve)
+    assert result["failed"] is True and result["open"] is False and result["approved"] is False
+    assert codes(result) == ["approval_refused"]
+    assert "blanket word" in result["refusals"][0]["message"]
+
+
+@pytest.mark.parametrize("approve", ["box2", "", None, "box10"])
+def test_a_host_not_named_refuses(pulls, approve):
+    write_verified(pulls)
+    args = {} if approve is None else {"approve": approve}
+    result = run_action(ActionModule, dict({"run_id": RUN, "pull_root": str(pulls), "manifest_sha256": SHA,
+                                            "command": STOP}, **args), host=HOST)
+    assert codes(result) == ["not_approved"] and result["open"] is False and result["failed"] is True
+
+
+def test_a_placeholder_left_in_the_command_refuses(pulls):
+    write_verified(pulls)
+    result = gate(pulls, command=["runpodctl", "stop", "pod", "$RUNPOD_POD_ID"])
+    assert codes(result) == ["command_placeholder"] and result["open"] is False
+    assert "$RUNPOD_POD_ID" in result["refusals"][0]["message"]
+
+
+@pytest.mark.parametrize("run_id", ["../exp42", "a/b", ".", ".."])
+def test_a_run_id_that_cannot_name_a_directory_refuses(pulls, run_id):
+    result = gate(pulls, run_id=run_id)
+    assert result["failed"] is True and codes(result) == ["bad_run_id"]
+    assert "cannot name a directory" in result["msg"]
+
+
+def test_every_refusal_is_listed_and_the_reason_is_appended_to_the_first(pulls):
+    result = gate(pulls, approve="all", command=["stop", "$POD"], reason="pull failed: rsync exit 23")
+    assert codes(result) == ["no_pull_verified", "approval_refused", "command_placeholder"]
+    assert result["refusals"][0]["message"].endswith(" (pull failed: rsync exit 23)")
+    assert not result["refusals"][1]["message"].endswith(")")
+
+
+def test_check_mode_reports_a_refusal_without_failing(pulls):
+    result = gate(pulls, check_mode=True)
+    assert not result.get("failed") and result["open"] is False
+    assert codes(result) == ["no_pull_verified"]
+    assert result["msg"].startswith("check mode: teardown refused for box1: no_pull_verified")
+
+
+def test_check_mode_with_an_open_gate_says_so(pulls):
+    write_verified(pulls)
+    result = gate(pulls, check_mode=True)
+    assert result["open"] is True and not result.get("failed") and result["msg"].startswith("gate open for box1")
+
+
+def test_the_gate_writes_nothing(pulls):
+    directory = write_verified(pulls)
+    before = sorted(os.listdir(str(directory)))
+    gate(pulls)
+    gate(pulls, approve="all")
+    assert sorted(os.listdir(str(directory))) == before
+
+
+def test_the_argument_spec_comes_from_the_documentation():
+    assert ActionModule.SPEC == {
+        "run_id": {"type": "str", "required": True},
+        "pull_root": {"type": "path", "default": "pulls"},
+        "manifest_sha256": {"type": "str", "default": ""},
+        "approve": {"type": "raw"},
+        "command": {"type": "list", "elements": "str", "default": []},
+        "reason": {"type": "str", "default": ""},
+    }
+    assert ActionModule._VALID_ARGS == frozenset(ActionModule.SPEC)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"run_id": RUN, "approve": HOST, "aprove": HOST}, "Invalid options for remote_gpu.trainer.action: aprove"),
+    ({"approve": HOST}, "missing required arguments: run_id"),
+    ({"run_id": RUN, "command": {"not": "a list"}}, "command"),
+])
+def test_bad_arguments_are_refused_before_anything_is_read(pulls, args, message):
+    write_verified(pulls)
+    with pytest.raises(AnsibleActionFail, match=message):
+        run_action(ActionModule, dict(args, pull_root=str(pulls)), host=HOST)

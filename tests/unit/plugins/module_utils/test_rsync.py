@@ -1,0 +1,109 @@
+"""The one owner of the rsync and ssh argv between the controller and a box."""
+
+from __future__ import annotations
+
+import re
+from unittest.mock import MagicMock
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+
+FLAGS = ["-a", "--partial"]
+
+
+def connection(transport="ssh", **options):
+    conn = MagicMock()
+    conn.transport = transport
+    conn.get_option.side_effect = options.get
+    return conn
+
+
+def remote():
+    return rsync.Target(address="10.0.0.5", user="root", port=2222, private_key_file="/keys/box",
+                        ssh_args=["-o", "StrictHostKeyChecking=yes"])
+
+
+def test_ssh_argv_never_prompts_and_carries_port_key_and_extra_args():
+    assert remote().ssh_argv() == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "/keys/box",
+                                   "-o", "StrictHostKeyChecking=yes"]
+    assert rsync.Target(address="box").ssh_argv() == ["ssh", "-o", "BatchMode=yes"]
+
+
+def test_spec_names_user_and_host_or_only_the_path_for_the_controller():
+    assert remote().spec("/root/runs/exp42/") == "root@10.0.0.5:/root/runs/exp42/"
+    assert rsync.Target(address="box").spec("/data") == "box:/data"
+    local = rsync.Target()
+    assert local.is_local and not remote().is_local
+    assert local.spec("/data") == "/data"
+
+
+def test_rsync_argv_for_a_pull_from_the_box():
+    argv = rsync.rsync_argv(FLAGS, remote(), "/root/runs/exp42/", "/pulls/box/exp42/data/", pushing=False)
+    assert argv == ["rsync", "-a", "--partial", "--protect-args",
+                    "-e", "ssh -o BatchMode=yes -p 2222 -i /keys/box -o StrictHostKeyChecking=yes",
+                    "--", "root@10.0.0.5:/root/runs/exp42/", "/pulls/box/exp42/data/"]
+
+
+def test_rsync_argv_for_a_push_to_the_box_quotes_the_ssh_command():
+    target = rsync.Target(address="box", port=22, private_key_file="/keys/my key",
+                          ssh_args=["-o", "ProxyCommand=ssh -W %h:%p jump"])
+    argv = rsync.rsync_argv(["-a"], target, "/src/code/", "/root/code/", pushing=True)
+    assert argv[:3] == ["rsync", "-a", "--protect-args"]
+    assert argv[3:5] == ["-e", "ssh -o BatchMode=yes -p 22 -i '/keys/my key' -o 'ProxyCommand=ssh -W %h:%p jump'"]
+    assert argv[5:] == ["--", "/src/code/", "box:/root/code/"]
+
+
+def test_rsync_argv_for_the_controller_itself_has_no_ssh():
+    assert rsync.rsync_argv(FLAGS, rsync.Target(), "/a/", "/b/", pushing=False) == [
+        "rsync", "-a", "--partial", "--protect-args", "--", "/a/", "/b/"]
+
+
+def test_a_path_that_looks_like_an_option_stays_a_path():
+    argv = rsync.rsync_argv(FLAGS, rsync.Target(), "--delete-everything", "/b/", pushing=True)
+    assert argv.index("--") < argv.index("--delete-everything")
+
+
+def test_target_from_an_ssh_connection(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/me")
+    conn = connection(host="10.0.0.5", remote_user="ubuntu", port=2222, private_key_file="~/.ssh/box",
+                      ssh_common_args="-o StrictHostKeyChecking=yes", ssh_extra_args="-o 'IdentitiesOnly yes'")
+    target = rsync.Target.from_connection(conn, {"ansible_user": "ignored"})
+    assert (target.address, target.user, target.port) == ("10.0.0.5", "ubuntu", 2222)
+    assert target.private_key_file == "/home/me/.ssh/box"
+    assert target.ssh_args == ["-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly yes"]
+
+
+def test_target_from_a_connection_without_user_or_key_falls_back_to_ansible_user():
+    target = rsync.Target.from_connection(connection(host="box"), {"ansible_user": "root"})
+    assert target.user == "root" and target.private_key_file is None and target.port is None
+    assert target.ssh_args == []
+
+
+@pytest.mark.parametrize("transport", ["local", "ansible.builtin.local"])
+def test_target_from_a_local_connection_is_the_controller(transport):
+    conn = connection(transport, host="ignored")
+    assert rsync.Target.from_connection(conn, {}).is_local
+    conn.get_option.assert_not_called()
+
+
+@pytest.mark.parametrize("outcome, message", [
+    ((127, "", "rsync: No such file or directory"), "rsync is not installed on the controller"),
+    ((None, "", "timed out"), "did not finish within 30 s; run again: --partial resumes"),
+    ((23, "", "some files vanished\n"), "rsync of box:/x failed (exit 23): some files vanished. Run again"),
+])
+def test_run_rsync_failures_say_what_to_do(monkeypatch, outcome, message):
+    monkeypatch.setattr(rsync, "run_with_timeout", lambda argv, timeout: outcome)
+    with pytest.raises(rsync.RsyncError, match=re.escape(message)):
+        rsync.run_rsync(["rsync"], 30, "box:/x")
+
+
+def test_run_rsync_returns_stdout(monkeypatch):
+    seen = []
+
+    def ran(argv, timeout):
+        seen.append((argv, timeout))
+        return 0, "ok\n", ""
+    monkeypatch.setattr(rsync, "run_with_timeout", ran)
+    assert rsync.run_rsync(["rsync", "-a"], 30, "x") == "ok\n"
+    assert seen == [(["rsync", "-a"], 30)]
