@@ -6,13 +6,11 @@ import pathlib
 import re
 import sys
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+_, CONVERGE = labenv.scenario(__file__)
 testinfra_hosts = labenv.hosts("lab")
-CONVERGE = SCENARIO / "converge.yml"
 PROXY = {"http_proxy", "https_proxy", "no_proxy"}
 HF_AUTODL = {"HF_ENDPOINT", "HF_HUB_DISABLE_XET", "HF_HOME"}
 EXPECT = {
