@@ -6,7 +6,7 @@ its record (fleet.json, with the proxy's log). A job runs as `bash -c '. ~/.trai
 A scenario's tests start with
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
     import labenv
-    SCENARIO, CONVERGE = labenv.scenario(__file__)
+    CONVERGE = labenv.converge(__file__)
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ STAND_IN = "127.0.0.2"
 
 
 def scenario(test_file):
-    """(the scenario's directory, its converge.yml) for a test file in molecule/<scenario>/tests/."""
-    directory = pathlib.Path(test_file).resolve().parents[1]
-    return directory, directory / "converge.yml"
+    """The scenario's directory, for a test file in molecule/<scenario>/tests/."""
+    return pathlib.Path(test_file).resolve().parents[1]
+
+
+def converge(test_file):
+    """The scenario's converge.yml, for a test file in molecule/<scenario>/tests/."""
+    return scenario(test_file) / "converge.yml"
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,7 +10,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
-SCENARIO, CONVERGE = labenv.scenario(__file__)
+SCENARIO = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
 
 # The lab-only secrets of converge.yml (HF_TOKEN is the plaintext of its vaulted value).

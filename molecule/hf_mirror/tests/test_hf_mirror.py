@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
-_, CONVERGE = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
 PY = "/root/job-env/bin/python"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -9,7 +9,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
-_, CONVERGE = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
 PROXY = {"http_proxy", "https_proxy", "no_proxy"}
 HF_AUTODL = {"HF_ENDPOINT", "HF_HUB_DISABLE_XET", "HF_HOME"}

@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
-_, CONVERGE = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
 PY = "/root/image-env/bin/python"
 

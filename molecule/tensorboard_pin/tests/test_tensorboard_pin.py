@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
-_, CONVERGE = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("autodl")
 ENV = "/root/job-env/bin"
 SRC = "/root/autodl-tmp/runs/exp42/tb"
