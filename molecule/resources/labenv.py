@@ -2,19 +2,27 @@
 
 The scenarios run on the lab fleet (tests/lab): LAB_STATE_DIR (default tests/lab/state) holds its inventory and
 its record (fleet.json, with the proxy's log). A job runs as `bash -c '. ~/.trainer/jobenv.sh; <cmd>'`.
+
+A scenario's tests start with
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
+    import labenv
+    CONVERGE = labenv.converge(__file__)
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
+import http.server
 import json
 import os
 import pathlib
 import re
 import shlex
 import subprocess
+import threading
 
 from testinfra.utils.ansible_runner import AnsibleRunner
 
@@ -23,6 +31,18 @@ VENV_BIN = REPO / ".venv" / "bin"
 STATE = pathlib.Path(os.environ.get("LAB_STATE_DIR") or REPO / "tests" / "lab" / "state").resolve()
 INVENTORY = STATE / "inventory.yml"
 LOADER = "~/.trainer/jobenv.sh"
+# The controller's address for stand-in servers: the lab instances reach it, and no profile's no_proxy holds it.
+STAND_IN = "127.0.0.2"
+
+
+def scenario(test_file):
+    """The scenario's directory, for a test file in molecule/<scenario>/tests/."""
+    return pathlib.Path(test_file).resolve().parents[1]
+
+
+def converge(test_file):
+    """The scenario's converge.yml, for a test file in molecule/<scenario>/tests/."""
+    return scenario(test_file) / "converge.yml"
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,3 +116,22 @@ def run_playbook(playbook, *args, **env):
 def recap_changed(output):
     """Sum of changed= over the PLAY RECAP."""
     return sum(int(n) for n in re.findall(r"\bchanged=(\d+)", output))
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A request handler for stand-in servers that logs nothing (the test output stays readable)."""
+
+    def log_message(self, *args):  # pylint: disable=arguments-differ
+        pass
+
+
+@contextlib.contextmanager
+def serve(handler, address=STAND_IN):
+    """Serve ``handler`` over HTTP on ``address`` (a free port) in a thread; yield the port, then shut it down."""
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

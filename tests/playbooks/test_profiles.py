@@ -90,7 +90,10 @@ def break_profile(root, edit):
      "trainer_tensorboard_port"),
     (lambda t: t.replace("trainer_inode_cap: unknown", "trainer_inode_cap: lots"), "trainer_inode_cap"),
     (lambda t: t.replace('verified: "2026-06"', "verified: recently"), "verified"),
-], ids=["deleted", "misspelled", "unknown-extra", "wrong-type-int", "wrong-type-cap", "verified-month"])
+    # a pinned TensorBoard port without its log directory
+    (lambda t: t.replace("trainer_tensorboard_port: 0", "trainer_tensorboard_port: 6006"), "trainer_tensorboard_port"),
+], ids=["deleted", "misspelled", "unknown-extra", "wrong-type-int", "wrong-type-cap", "verified-month",
+        "tensorboard-pair"])
 def test_broken_profile_fails_the_first_play_naming_the_key(playbook_copy, local_inventory, edit, expected):
     break_profile(playbook_copy, edit)
     proc = run_playbook(playbook_copy / "playbooks/preflight.yml", local_inventory, cwd=playbook_copy)

@@ -7,16 +7,15 @@ import sys
 
 import pytest
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+SCENARIO = labenv.scenario(__file__)
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
 
 # The lab-only secrets of converge.yml (HF_TOKEN is the plaintext of its vaulted value).
 SECRETS = {"WANDB_API_KEY": "wandb-lab-secret-93f1c07a5e", "HF_TOKEN": "hf_labVaultToken_4c1d9e07b2"}
-CONVERGE = SCENARIO / "converge.yml"
 VAULT = {"ANSIBLE_VAULT_PASSWORD_FILE": str(SCENARIO / "vault-password.txt")}
 RULE = "a shared FS is visible to other instances"
 

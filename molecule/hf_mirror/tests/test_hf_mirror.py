@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import pathlib
 import shlex
 import sys
-import threading
 
 import pytest
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
-CONVERGE = SCENARIO / "converge.yml"
 PY = "/root/job-env/bin/python"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONFIG = b'{"model_type": "lab-tiny", "hidden_size": 8}\n'
@@ -34,7 +30,7 @@ def platform(host):
     return labenv.hostvars(labenv.name(host))["lab_platform"]
 
 
-class Mirror(http.server.BaseHTTPRequestHandler):
+class Mirror(labenv.QuietHandler):
     """One file of one model repo in the Hugging Face resolve layout: /<repo>/resolve/<rev>/<file>."""
 
     seen = []
@@ -63,16 +59,11 @@ class Mirror(http.server.BaseHTTPRequestHandler):
         if self._meta():
             self.wfile.write(CONFIG)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture(scope="module")
 def mirror():
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Mirror)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield "http://127.0.0.2:%d" % server.server_address[1]
-    server.shutdown()
+    with labenv.serve(Mirror) as port:
+        yield "http://%s:%d" % (labenv.STAND_IN, port)
 
 
 def test_job_sees_exactly_the_role_variables(host):

@@ -6,13 +6,11 @@ import pathlib
 import re
 import sys
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
-CONVERGE = SCENARIO / "converge.yml"
 PROXY = {"http_proxy", "https_proxy", "no_proxy"}
 HF_AUTODL = {"HF_ENDPOINT", "HF_HUB_DISABLE_XET", "HF_HOME"}
 EXPECT = {
@@ -62,3 +60,19 @@ def test_removing_a_role_takes_exactly_its_variables_away():
     finally:
         proc = labenv.run_playbook(CONVERGE, "--limit", "lab-01")
     assert proc.returncode == 0 and labenv.env_changes(lab01) == EXPECT["lab-01"][1]
+
+
+def test_job_env_dir_moves_every_fragment_and_a_role_dir_moves_its_own():
+    """job_env_dir is the one setting for every environment role; <role>_env_dir overrides it for that role."""
+    lab01 = labenv.runner().get_host("lab-01")
+    try:
+        proc = labenv.run_playbook(CONVERGE, "--limit", "lab-01", "-e", "job_env_dir=/root/.moved/env.d",
+                                   "-e", "credentials_env_dir=/root/.own/env.d")
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        assert lab01.check_output("ls /root/.moved/env.d").split() == ["10-network_turbo.sh", "20-hf_mirror.sh"]
+        assert lab01.check_output("ls /root/.own/env.d").split() == ["50-credentials.sh"]
+        assert lab01.file("/root/.moved/jobenv.sh").is_file and lab01.file("/root/.own/jobenv.sh").is_file
+        # the default directory is left as it was
+        assert lab01.check_output("ls /root/.trainer/env.d").split() == EXPECT["lab-01"][0]
+    finally:
+        lab01.check_output("rm -rf /root/.moved /root/.own")

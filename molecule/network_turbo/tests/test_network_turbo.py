@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import http.server
 import pathlib
 import sys
-import threading
 import time
 
 import pytest
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("autodl")
-CONVERGE = SCENARIO / "converge.yml"
 HOOK_VARS = {"http_proxy", "https_proxy", "no_proxy"}
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(labenv.QuietHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         body = ("stand-in answered %s\n" % self.path).encode()
         self.send_response(200)
@@ -28,18 +24,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture(scope="module")
 def outside():
     """A small HTTP server on 127.0.0.2 (not in the hook's no_proxy) standing in for an outside host."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
+    with labenv.serve(Handler) as port:
+        yield port
 
 
 def proxy_log():

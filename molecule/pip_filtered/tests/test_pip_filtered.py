@@ -5,13 +5,11 @@ from __future__ import annotations
 import pathlib
 import sys
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("lab")
-CONVERGE = SCENARIO / "converge.yml"
 PY = "/root/image-env/bin/python"
 
 

@@ -11,13 +11,11 @@ import urllib.request
 
 import pytest
 
-SCENARIO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "resources"))
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "resources"))
 import labenv  # noqa: E402
 
+CONVERGE = labenv.converge(__file__)
 testinfra_hosts = labenv.hosts("autodl")
-CONVERGE = SCENARIO / "converge.yml"
 ENV = "/root/job-env/bin"
 SRC = "/root/autodl-tmp/runs/exp42/tb"
 WRITE = """
