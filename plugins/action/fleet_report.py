@@ -13,18 +13,15 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_preflight, fleet_prom
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
-from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
 display = Display()
-
-SPEC = argument_spec(DOCUMENTATION)
 
 # The host's profile variables every row reads: (record key, host variable).
 PROFILE_VARS = (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
@@ -108,13 +105,10 @@ def write_file(path, text, what):
             what, path, to_native(exc.strerror or exc), what))
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(SPEC)
+class ActionModule(DocumentedAction):
+    DOCUMENTATION = MODULE_DOCUMENTATION
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+    def act(self, result, args, task_vars):
         check_args(args)
         rows = build_rows(args, targeted_hosts(args["hosts"], task_vars), task_vars.get("hostvars", {}))
         table = fleet_table.render_table(rows, COLUMNS_BY_KIND[args["kind"]])
