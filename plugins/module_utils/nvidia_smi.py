@@ -26,6 +26,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_text import parse_text
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_xml import parse_xml
 
+
 # ---------------------------------------------------------------------------------------------------------------
 # Full state (`nvidia-smi -q -x` or `nvidia-smi -q`)
 # ---------------------------------------------------------------------------------------------------------------

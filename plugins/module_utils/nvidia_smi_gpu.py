@@ -151,4 +151,3 @@ def finish_gpu(gpu):
     """Derive the short PCI key used to match Xid lines."""
     gpu["pci"] = short_pci(gpu.get("pci_bus_id"))
     return gpu
-
