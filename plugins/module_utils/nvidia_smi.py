@@ -62,6 +62,7 @@ SAMPLE_FIELDS = (
 # Error outputs
 # ---------------------------------------------------------------------------------------------------------------
 
+_RENT_ANOTHER = "stop the box and rent a different one"
 # (kind, pattern, what it means, what to do); matched in order against stdout+stderr.
 ERROR_PATTERNS = (
     ("command_not_found", re.compile(r"nvidia-smi: (command )?not found|No such file or directory", re.I),
@@ -72,17 +73,14 @@ ERROR_PATTERNS = (
      "the loaded kernel module and the user-space NVML library differ (driver upgraded without reboot)",
      "reboot the box if you may, otherwise stop it and rent a different one"),
     ("no_supported_gpus", re.compile(r"No supported GPUs were found", re.I),
-     "the driver is loaded but sees no usable GPU", "stop the box and rent a different one"),
-    ("no_devices", re.compile(r"No devices were found", re.I),
-     "nvidia-smi found no GPU", "stop the box and rent a different one"),
-    ("gpu_lost", re.compile(r"GPU is lost", re.I),
-     "a GPU fell off the bus (GPU is lost)", "stop the box and rent a different one"),
+     "the driver is loaded but sees no usable GPU", _RENT_ANOTHER),
+    ("no_devices", re.compile(r"No devices were found", re.I), "nvidia-smi found no GPU", _RENT_ANOTHER),
+    ("gpu_lost", re.compile(r"GPU is lost", re.I), "a GPU fell off the bus (GPU is lost)", _RENT_ANOTHER),
     ("gpu_unknown_error", re.compile(r"Unable to determine the device handle for GPU", re.I),
-     "nvidia-smi cannot open a GPU", "stop the box and rent a different one"),
+     "nvidia-smi cannot open a GPU", _RENT_ANOTHER),
     ("inforom_corrupted", re.compile(r"infoROM is corrupted", re.I),
-     "a GPU's infoROM is corrupted (ECC and retirement records unreliable)", "stop the box and rent a different one"),
-    ("nvml_init_failed", re.compile(r"Failed to initialize NVML", re.I),
-     "NVML failed to initialise", "stop the box and rent a different one"),
+     "a GPU's infoROM is corrupted (ECC and retirement records unreliable)", _RENT_ANOTHER),
+    ("nvml_init_failed", re.compile(r"Failed to initialize NVML", re.I), "NVML failed to initialise", _RENT_ANOTHER),
 )
 _ERROR_BUS_RE = re.compile(r"GPU ?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])|"
                            r"gpu ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")

@@ -15,20 +15,9 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    NvidiaSmiParseError,
-    to_int,
-    to_number,
-)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import NvidiaSmiParseError, to_int, to_number
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import (
-    active_reasons,
-    any_true,
-    empty_gpu,
-    finish_gpu,
-    first_value,
-    strip_deprecation,
-    to_bool,
-    to_text,
+    active_reasons, any_true, empty_gpu, finish_gpu, first_value, strip_deprecation, to_bool, to_text,
     uncorrectable_total,
 )
 
