@@ -11,7 +11,7 @@
 * ``compute_apps`` asks ``--query-compute-apps``; ``parse_compute_apps`` is its pure half.
 
 The value converters (``is_no_value``, ``to_number``, ``to_int``) live here because every reader of nvidia-smi
-output needs them; ``nvidia_smi.py`` (the ``-q``/``-q -x`` full-state parsers) imports them from here.
+output needs them; the ``-q``/``-q -x`` full-state parsers (``nvidia_smi_*.py``) import them from here.
 Standard library only, Python 3.8+: the sampler sidecar runs it on the box.
 """
 

@@ -2,7 +2,7 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""nvidia_smi parsers against the real captures in tests/fixtures/nvidia/."""
+"""nvidia_smi* parsers against the real captures in tests/fixtures/nvidia/."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query as gq
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_gpu as smi_gpu
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_text as smi_text
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_xml as smi_xml
 
 NVIDIA = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia"
 MANIFEST = dict((entry["file"], entry) for entry in json.loads((NVIDIA / "manifest.json").read_text()))
@@ -26,11 +29,11 @@ def read(rel):
 
 
 def xml(name):
-    return smi.parse_xml(read("xml/" + name))
+    return smi_xml.parse_xml(read("xml/" + name))
 
 
 def text(name):
-    return smi.parse_text(read("q-text/" + name))
+    return smi_text.parse_text(read("q-text/" + name))
 
 
 def query_fields(rel):
@@ -49,11 +52,11 @@ def test_every_xml_capture_parses(name):
     result = xml(name)
     assert result["gpus"], name
     for index, gpu in enumerate(result["gpus"]):
-        assert set(gpu) == set(smi.GPU_KEYS)
+        assert set(gpu) == set(smi_gpu.GPU_KEYS)
         assert gpu["index"] == index
         assert gpu["name"]
         assert gpu["pci"] and len(gpu["pci"]) == 10
-        assert gpu["throttle_reasons"] is None or set(gpu["throttle_reasons"]) <= set(smi.REASONS)
+        assert gpu["throttle_reasons"] is None or set(gpu["throttle_reasons"]) <= set(smi_gpu.REASONS)
 
 
 @pytest.mark.parametrize("name", TEXT_FILES)
@@ -62,7 +65,7 @@ def test_every_text_capture_parses(name):
     assert result["gpus"], name
     assert result["driver_version"] and "[" not in result["driver_version"]
     for gpu in result["gpus"]:
-        assert set(gpu) == set(smi.GPU_KEYS)
+        assert set(gpu) == set(smi_gpu.GPU_KEYS)
         assert gpu["name"] and gpu["pci"]
 
 
@@ -152,7 +155,7 @@ def test_retired_pages_v100():
 def test_leading_blank_lines_tolerated():
     raw = read("q-text/q__8x-nvidia-h100-80gb-hbm3__535.161.08__gpud-hwslowdown-powerbrake.txt")
     assert raw.startswith("\n")
-    assert len(smi.parse_text(raw)["gpus"]) == 8
+    assert len(smi_text.parse_text(raw)["gpus"]) == 8
 
 
 PERF = {  # q-performance/ file -> (driver, GPUs, reasons of GPU 0); 36-wide labels at 440, old spelling <= 495
@@ -170,7 +173,7 @@ PERF = {  # q-performance/ file -> (driver, GPUs, reasons of GPU 0); 36-wide lab
 
 @pytest.mark.parametrize("name", sorted(PERF))
 def test_performance_captures(name):
-    result = smi.parse_text(read("q-performance/" + name))
+    result = smi_text.parse_text(read("q-performance/" + name))
     driver, count, reasons = PERF[name]
     assert (result["driver_version"], len(result["gpus"]), result["gpus"][0]["throttle_reasons"]) \
         == (driver, count, reasons)
@@ -178,18 +181,18 @@ def test_performance_captures(name):
 
 def test_36_wide_labels_440_partial():
     rel = "q-performance/q-d-POWER-CLOCK-TEMPERATURE-PERFORMANCE__1x-unknown__440.33.01__PARTIAL__choderalab-perses-613.txt"
-    gpu = smi.parse_text(read(rel))["gpus"][0]
+    gpu = smi_text.parse_text(read(rel))["gpus"][0]
     assert (gpu["pci"], gpu["temperature_c"]) == ("0000:84:00", 37)
 
 
 def test_grep_excerpt_without_gpu_header_is_a_clean_error():
-    with pytest.raises(smi.NvidiaSmiParseError):
-        smi.parse_text(read("q-performance/q-grep-A8-Clocks-Throttle__unknown__circa-2018__kubeflow-68.txt"))
+    with pytest.raises(gq.NvidiaSmiParseError):
+        smi_text.parse_text(read("q-performance/q-grep-A8-Clocks-Throttle__unknown__circa-2018__kubeflow-68.txt"))
 
 
 def test_text_without_gpu_section_is_a_clean_error():
-    with pytest.raises(smi.NvidiaSmiParseError):
-        smi.parse_text(read("errors/no-driver__nvidia-smi-has-failed__exit9.txt"))
+    with pytest.raises(gq.NvidiaSmiParseError):
+        smi_text.parse_text(read("errors/no-driver__nvidia-smi-has-failed__exit9.txt"))
 
 
 # --------------------------------------------------------------------------------------------- specific values: XML
@@ -253,22 +256,22 @@ def test_two_gpu_xml_indexes_in_order():
 
 def test_truncated_xml_is_a_clean_error():
     raw = read("xml/q-x__nvidia-geforce-rtx-3090__590.44.01__telegraf.xml")
-    with pytest.raises(smi.NvidiaSmiParseError):
-        smi.parse_xml(raw[: len(raw) // 2])  # a real capture cut in half
+    with pytest.raises(gq.NvidiaSmiParseError):
+        smi_xml.parse_xml(raw[: len(raw) // 2])  # a real capture cut in half
 
 
 def test_xml_with_entity_declaration_is_refused():
     raw = read("xml/q-x__nvidia-geforce-rtx-3090__590.44.01__telegraf.xml")
     hostile = raw.replace("<nvidia_smi_log>", '<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]>\n<nvidia_smi_log>', 1)
-    with pytest.raises(smi.NvidiaSmiParseError):
-        smi.parse_xml(hostile)
+    with pytest.raises(gq.NvidiaSmiParseError):
+        smi_xml.parse_xml(hostile)
 
 
 def test_xml_with_trailing_warning_line_still_parses():
     raw = read("xml/q-x__nvidia-geforce-rtx-3090__590.44.01__telegraf.xml")
     warning = read("errors/inforom-corrupted__table-then-WARNING__tesla-p100__470.82.01__exit14__DEINDENTED.txt")
     tail = [line for line in warning.splitlines() if line.startswith("WARNING")][0]
-    assert len(smi.parse_xml(raw + tail + "\n")["gpus"]) == 1
+    assert len(smi_xml.parse_xml(raw + tail + "\n")["gpus"]) == 1
 
 
 def test_parse_full_dispatches():
@@ -313,7 +316,7 @@ def test_derived_health_fields_h100_load():
     row = gq.parse_query_csv(read(rel), query_fields(rel))[0]
     assert row["index"] == "0" and row["utilization.gpu"] == "100"
     assert row["retired_pages.pending"] is None  # [N/A]
-    assert smi.reasons_from_bitmask(row["clocks_event_reasons.active"]) == []
+    assert smi_gpu.reasons_from_bitmask(row["clocks_event_reasons.active"]) == []
 
 
 def test_mig_query_utilisation_is_none():
@@ -342,18 +345,18 @@ def test_sample_fields_exist_on_every_driver():
 
 
 def test_reason_bitmasks():
-    assert smi.reasons_from_bitmask("0x0000000000000001") == ["gpu_idle"]
-    assert smi.reasons_from_bitmask("0x0000000000000004") == ["sw_power_cap"]
-    assert set(smi.reasons_from_bitmask("0x00000000000001FF")) == set(smi.REASONS)
-    assert smi.reasons_from_bitmask("[N/A]") is None
+    assert smi_gpu.reasons_from_bitmask("0x0000000000000001") == ["gpu_idle"]
+    assert smi_gpu.reasons_from_bitmask("0x0000000000000004") == ["sw_power_cap"]
+    assert set(smi_gpu.reasons_from_bitmask("0x00000000000001FF")) == set(smi_gpu.REASONS)
+    assert smi_gpu.reasons_from_bitmask("[N/A]") is None
 
 
 def test_short_pci_spellings():
-    assert smi.short_pci("00000000:19:00.0") == "0000:19:00"
-    assert smi.short_pci("PCI:0008:01:00") == "0008:01:00"
-    assert smi.short_pci("00000018:01:00.0") == "0018:01:00"
-    assert smi.short_pci("0000:B3:00.0") == "0000:b3:00"
-    assert smi.short_pci(None) is None
+    assert smi_gpu.short_pci("00000000:19:00.0") == "0000:19:00"
+    assert smi_gpu.short_pci("PCI:0008:01:00") == "0008:01:00"
+    assert smi_gpu.short_pci("00000018:01:00.0") == "0018:01:00"
+    assert smi_gpu.short_pci("0000:B3:00.0") == "0000:b3:00"
+    assert smi_gpu.short_pci(None) is None
 
 
 # --------------------------------------------------------------------------------------------- error outputs
