@@ -174,27 +174,22 @@ def test_cli_finish_writes_status_atomically_and_exit_code(out, tmp_path):
 
 
 def test_launch_ships_every_module_util_its_helpers_import():
-    """launch.yml copies a fixed list of module_utils to the box; the list must include everything they import."""
+    """The launch role copies a fixed list of module_utils to the box; the list must include everything they import."""
     import pathlib
     import re
 
     import yaml
 
     repo = pathlib.Path(__file__).resolve().parents[4]
-    plays = yaml.safe_load((repo / "playbooks" / "launch.yml").read_text())
-    shipped = None
-    stack = [plays]
-    while stack and shipped is None:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("name", "").startswith("Ship the sync and launch helpers"):
-                shipped = set(node["loop"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    assert shipped, "the shipping task was not found in launch.yml"
+    role = repo / "roles" / "launch"
+    shipped = yaml.safe_load((role / "vars" / "main.yml").read_text())["_launch_lib_files"]
+    tasks = yaml.safe_load((role / "tasks" / "main.yml").read_text())
+    pushes = [task for block in tasks for task in block.get("block", [block]) if "remote_gpu.trainer.push_code" in task]
+    assert pushes and pushes[0]["remote_gpu.trainer.push_code"]["lib_files"] == "{{ _launch_lib_files }}"
+    assert "launch.py" in shipped and len(set(shipped)) == len(shipped)
     utils = repo / "plugins" / "module_utils"
     for name in shipped:
-        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import (\w+))", (utils / name).read_text())
-        for module in {a or b for a, b in imports}:
-            assert module + ".py" in shipped, "%s imports %s, which launch.yml does not ship" % (name, module)
+        assert (utils / name).is_file(), "the launch role ships %s, which does not exist" % name
+        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import ([\w, ]+))", (utils / name).read_text())
+        for module in {m.split()[0] for a, b in imports for m in (a or b).split(",")}:
+            assert module + ".py" in shipped, "%s imports %s, which the launch role does not ship" % (name, module)
