@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, job_log, job_wrapper, jobs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, job_log, job_wrapper, jobs, procfs
 
 REGEX = job_log.compile_progress(None)
 
@@ -206,3 +207,25 @@ def test_job_findings():
     assert codes(jobs.job_findings(base_job(oom_kills_since_launch=2), 1800)) == [("oom_killed", "WARN")]
     oom_gone = base_job(alive=False, last_exit_code=137, oom_kills_since_launch=1, vanished_reason="oom_kill")
     assert codes(jobs.job_findings(oom_gone, 1800)) == [("job_gone_incomplete", "FAIL"), ("oom_killed", "FAIL")]
+
+
+def test_the_wrapper_writes_its_status_with_job_layout(tmp_path):
+    """The wrapper has no status writer of its own: it runs job_layout's, from the library in the job directory."""
+    import subprocess
+    import sys
+
+    paths = job_layout.job_paths(str(tmp_path), "abl-1")
+    lib = str(tmp_path / "abl-1" / "lib")
+    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is True
+    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is False  # unchanged: nothing written
+    package = os.path.join(lib, *job_wrapper.PACKAGE.split("/"))
+    assert sorted(os.listdir(package)) == ["atomic.py", "job_layout.py", "procfs.py"]
+    text = job_wrapper.wrapper_text("abl-1", paths, "exit 3", python=sys.executable, lib_dir=lib)
+    assert "printf '{" not in text and "-m %s status" % job_layout.CLI_MODULE in text
+    wrapper = tmp_path / "abl-1" / job_wrapper.wrapper_name(text)
+    wrapper.write_text(text)
+    env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH: the copied library alone must do
+    assert subprocess.run(["bash", str(wrapper)], env=env, timeout=60, check=False).returncode == 3
+    status = json.loads((tmp_path / "abl-1" / "status.json").read_text())
+    assert status["exit_code"] == 3 and status["item"] is None and status["started"] and status["finished"]
+    assert "==== trainer: finished " in (tmp_path / "abl-1" / "job.log").read_text()

@@ -193,3 +193,31 @@ def test_launch_ships_every_module_util_its_helpers_import():
         imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import ([\w, ]+))", (utils / name).read_text())
         for module in {m.split()[0] for a, b in imports for m in (a or b).split(",")}:
             assert module + ".py" in shipped, "%s imports %s, which the launch role does not ship" % (name, module)
+
+
+def test_finish_writes_a_provisional_failed_status_before_anything_can_fail(out, tmp_path, monkeypatch):
+    """A finish step that dies half-way (here: the sync raises) still leaves a status that says the item failed."""
+    status_file = tmp_path / "items" / "000" / "status.json"
+
+    def crash(*_args, **_kwargs):
+        assert json.loads(status_file.read_text())["exit_code"] == 1  # already written when the work starts
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(launch, "finish_item", crash)
+    with pytest.raises(RuntimeError):
+        launch.cli(["finish", "--item", "000", "--exit-code", "0", "--started", "t0", "--output-dir", str(out),
+                    "--status", str(status_file), "--host", "h", "--arg", "a0"])
+    status = json.loads(status_file.read_text())
+    assert status["exit_code"] == 1 and status["command_exit_code"] == 0 and status["item"] == "000"
+    assert "did not complete" in status["sync_error"] and status["host"] == "h" and status["arg"] == "a0"
+    assert not launch.pending(str(tmp_path / "items"), ["000"]) == []
+
+
+def test_assign_rejects_a_string_queue():
+    with pytest.raises(ValueError, match="must be a list"):
+        launch.assign("a,b", ["h"])
+
+
+def test_finish_status_has_the_same_keys_as_the_provisional_one(out):
+    final, _line = launch.finish_item("000", 3, "t0", str(out))
+    assert set(final) == set(launch.provisional_status("000", 3, "t0", str(out)))
