@@ -22,7 +22,8 @@ description:
     byte offset). The wrapper writes its PID and C(/proc) start time to C(job.pid) and C(job.starttime), appends
     C(==== trainer: started <iso time> pid <pid> ====) to the log, sources O(env_files) in order, exports
     C(PYTHONUNBUFFERED=1) and O(env), runs the command with stdout and stderr appended to the log, and writes
-    C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped.
+    C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped, with the
+    collection's C(job_layout) helper run by the interpreter that runs this module, from C(<run_dir>/<name>/lib/).
   - The job sees C(TRAINER_JOB_NAME), C(TRAINER_JOB_DIR) and C(TRAINER_ITEMS_DIR). A run wrapper that works through a
     queue writes one C($TRAINER_ITEMS_DIR/<item>/status.json) per finished item, with the keys C(item),
     C(exit_code), C(started) and C(finished), for M(remote_gpu.trainer.job_status) to count.
@@ -31,7 +32,7 @@ description:
   - Idempotent. A running job is reported and not started twice.
   - Refuses to start when the filesystem of the run directory or of the log is full or out of inodes.
   - On-box layout, shared with M(remote_gpu.trainer.job_status)
-    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, status.json,
+    C(<run_dir>/<name>/{wrapper-<sha>.sh, lib/, job.pid, job.starttime, job.meta.json, job.log, status.json,
     items/<item>/status.json}).
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes
