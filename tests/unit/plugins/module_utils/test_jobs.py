@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, job_log, job_wrapper, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, job_log, job_wrapper, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs
 
 REGEX = job_log.compile_progress(None)
 
