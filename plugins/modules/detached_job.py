@@ -32,7 +32,7 @@ description:
   - Idempotent. A running job is reported and not started twice.
   - Refuses to start when the filesystem of the run directory or of the log is full or out of inodes.
   - On-box layout, shared with M(remote_gpu.trainer.job_status)
-    C(<run_dir>/<name>/{wrapper-<sha>.sh, lib/, job.pid, job.starttime, job.meta.json, job.log, status.json,
+    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, status.json,
     items/<item>/status.json}).
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes
