@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -187,6 +188,41 @@ def liveness(paths, has_session):
         alive = procfs.is_same_process(pid, parse_int_file(read_text(paths["starttime_file"])))
         return (pid if alive else None), alive
     return None, bool(has_session())
+
+
+def _alive_in_group(pid, starttime, group):
+    if procfs.is_same_process(pid, starttime):
+        return True
+    return bool(group and procfs.group_members(pid, procfs.all_stats()))
+
+
+def _signal(pid, group, sig):
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_job(paths, pid, timeout, poll=0.1, kill_wait=10):
+    """SIGTERM the job's process group (when ``pid`` leads one, else the PID alone), wait ``timeout`` seconds,
+    then SIGKILL and wait up to ``kill_wait`` -> True when it is gone. Only the recorded PID's group is signalled,
+    never processes found by name; PermissionError is the caller's to report."""
+    starttime = parse_int_file(read_text(paths["starttime_file"]))
+    stat = procfs.read_stat(pid)
+    group = stat is not None and stat["pgrp"] == pid
+    _signal(pid, group, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline and _alive_in_group(pid, starttime, group):
+        time.sleep(poll)
+    if _alive_in_group(pid, starttime, group):
+        _signal(pid, group, signal.SIGKILL)
+        deadline = time.time() + kill_wait
+        while time.time() < deadline and _alive_in_group(pid, starttime, group):
+            time.sleep(poll)
+    return not _alive_in_group(pid, starttime, group)
 
 
 def cli(argv=None):

@@ -172,7 +172,6 @@ msg:
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -187,7 +186,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import
 DISK_REFUSE_PCT = 99
 PID_WAIT_SECONDS = 10
 POLL_SECONDS = 0.1
-KILL_WAIT_SECONDS = 10
 
 
 class JobError(Exception):
@@ -349,40 +347,12 @@ def launch(module, paths, wrapper, detach):
                    % (detach, paths["pid_file"], PID_WAIT_SECONDS, paths["log_path"]))
 
 
-def alive_in_group(pid, starttime, group):
-    if procfs.is_same_process(pid, starttime):
-        return True
-    return bool(group and procfs.group_members(pid, procfs.all_stats()))
-
-
-def signal_job(pid, group, sig):
-    try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def stop(module, paths, pid):
     """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped."""
-    starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"]))
-    stat = procfs.read_stat(pid)
-    group = stat is not None and stat["pgrp"] == pid
     try:
-        signal_job(pid, group, signal.SIGTERM)
-        deadline = time.time() + module.params["stop_timeout"]
-        while time.time() < deadline and alive_in_group(pid, starttime, group):
-            time.sleep(POLL_SECONDS)
-        if alive_in_group(pid, starttime, group):
-            signal_job(pid, group, signal.SIGKILL)
-            deadline = time.time() + KILL_WAIT_SECONDS
-            while time.time() < deadline and alive_in_group(pid, starttime, group):
-                time.sleep(POLL_SECONDS)
+        return job_layout.stop_job(paths, pid, module.params["stop_timeout"])
     except PermissionError as exc:
         raise JobError("not allowed to signal pid %d: %s" % (pid, exc.strerror))
-    return not alive_in_group(pid, starttime, group)
 
 
 def stop_tmux_session(module):

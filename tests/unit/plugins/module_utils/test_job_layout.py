@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 
@@ -77,3 +78,23 @@ def test_cli_writes_the_job_status(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(path.read_text())
     assert data["item"] is None and data["exit_code"] == 143 and data["started"] == "t0" and data["finished"]
+
+
+def _start_group(tmp_path, script):
+    proc = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"], exist_ok=True)
+    with open("/proc/%d/stat" % proc.pid) as handle:
+        starttime = handle.read().rsplit(")", 1)[1].split()[19]
+    (tmp_path / "j" / "job.starttime").write_text(starttime + "\n")
+    return proc, paths
+
+
+def test_stop_job_terms_the_group_then_kills_what_ignores_it(tmp_path):
+    proc, paths = _start_group(tmp_path, "sleep 60 & wait")
+    assert job_layout.stop_job(paths, proc.pid, timeout=5) is True
+    assert proc.wait(timeout=5) == -15
+    stubborn, paths = _start_group(tmp_path, "trap '' TERM; sleep 60 & wait; sleep 60")
+    time.sleep(0.2)  # let bash install its trap
+    assert job_layout.stop_job(paths, stubborn.pid, timeout=0.5, kill_wait=5) is True
+    assert stubborn.wait(timeout=5) == -9
