@@ -42,7 +42,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 
-
 def item_width(total):
     """Digits of an item id: at least 3, more for a queue of 1000 items or more."""
     return max(3, len(str(max(total - 1, 0))))
