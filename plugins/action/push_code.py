@@ -70,8 +70,8 @@ class ActionModule(ActionBase):
                                                  "directory (launch_src)" % src)
         missing = missing_lib_files(args["lib_files"])
         if missing:
-            return dict(result, failed=True, msg="lib_files %s are not files of %s" % (", ".join(missing),
-                                                                                          MODULE_UTILS))
+            return dict(result, failed=True,
+                        msg="lib_files %s are not files of %s" % (", ".join(missing), MODULE_UTILS))
         result["commit"], result["dirty"] = git_state(src)
         target = rsync.Target.from_connection(self._connection, task_vars)
         check = bool(self._task.check_mode)

@@ -213,9 +213,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, job_layout, job_log, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
-class StatusError(Exception):
-    """Arguments job_status cannot work with; the message says what to fix."""
-
 
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
@@ -249,6 +246,10 @@ def build_module():
     )
 
 
+class StatusError(Exception):
+    """Arguments job_status cannot work with; the message says what to fix."""
+
+
 def validate(params):
     """-> (job list, compiled progress regex); raises StatusError with what to fix."""
     job_list = params["jobs"] or [{"name": params["name"], "log_path": params["log_path"],
@@ -263,7 +264,7 @@ def validate(params):
             raise StatusError("%s must be 0 or more, got %d" % (key, params[key]))
     if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
         raise StatusError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
-                         % (params["warn_pct"], params["fail_pct"]))
+                          % (params["warn_pct"], params["fail_pct"]))
     try:
         regex = job_log.compile_progress(params["progress_regex"])
     except re.error as exc:
