@@ -213,7 +213,6 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, job_layout, job_log, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
-
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 
