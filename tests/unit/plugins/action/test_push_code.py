@@ -17,7 +17,7 @@ def run_push(args, check_mode=False, transport="local", options=None):
     connection = MagicMock()
     connection.transport = transport
     connection._shell.tmpdir = None  # pylint: disable=protected-access
-    connection.get_option.side_effect = lambda name: (options or {}).get(name)
+    connection.get_option.side_effect = dict(options or {}).get
     task = MagicMock()
     task.args = dict(args)
     task.async_val = 0

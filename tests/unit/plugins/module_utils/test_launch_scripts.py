@@ -52,9 +52,9 @@ def status(job_dir, item):
 
 def test_scripts_are_versioned_by_their_text_and_the_queue_names_the_run_wrapper(tmp_path):
     items = [{"item": "000", "arg": "a b"}]
-    one, _ = make(tmp_path, items)
-    again, _ = make(tmp_path, items)
-    other, _ = make(tmp_path, items, command="python x.py")
+    one = make(tmp_path, items)[0]
+    again = make(tmp_path, items)[0]
+    other = make(tmp_path, items, command="python x.py")[0]
     assert [s["kind"] for s in one] == ["run-item", "queue"]
     assert one == again and one[0]["path"] != other[0]["path"] and one[1]["path"] != other[1]["path"]
     assert os.path.basename(one[0]["path"]) == launch_scripts.versioned_name("run-item", one[0]["text"])
@@ -65,7 +65,7 @@ def test_scripts_are_versioned_by_their_text_and_the_queue_names_the_run_wrapper
 
 
 def test_the_sampler_sidecar_is_started_and_stopped_with_the_queue(tmp_path):
-    scripts, _ = make(tmp_path, [{"item": "000", "arg": ""}], sampler=True, sampler_interval=3)
+    scripts = make(tmp_path, [{"item": "000", "arg": ""}], sampler=True, sampler_interval=3)[0]
     text = scripts[1]["text"]
     assert ('PYTHONPATH="$LIB" "$PY" -m ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler '
             '--job-dir "$JOB_DIR" --interval 3 --runner-pid $$ &\nSAMPLER=$!\n'
