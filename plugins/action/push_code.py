@@ -23,11 +23,10 @@ MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 
 def git_state(src, timeout=30):
-    """(commit, dirty) of the work tree at ``src``; (None, None) when it is not one or git is missing."""
+    """(commit, dirty) of the work tree at ``src``, each None when git cannot tell (not a work tree, no commit yet,
+    git missing)."""
     rc, out, _err = run_with_timeout(["git", "-C", src, "rev-parse", "HEAD"], timeout)
-    if rc != 0:
-        return None, None
-    commit = out.strip() or None
+    commit = (out.strip() or None) if rc == 0 else None
     rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain"], timeout)
     return commit, (bool(out.strip()) if rc == 0 else None)
 

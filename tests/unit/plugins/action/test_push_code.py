@@ -90,6 +90,7 @@ def test_git_state_is_recorded(tmp_path):
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     subprocess.run(git + ["init", "-q"], check=True)
     (repo / "a").write_text("a")
+    assert push_code.git_state(str(repo)) == (None, True)  # no commit yet: the dirty state is still known
     subprocess.run(git + ["add", "a"], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
     head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
