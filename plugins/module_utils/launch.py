@@ -4,8 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Launch: the queue assignment, the checksum of the pushed tree, and what the run wrapper does after an item.
 
-Pure functions (assignment, checksum, the status record) plus a small command line that launch.yml ships to the box
-(with sync.py, fsbudget.py and manifest.py) and that the run wrapper calls with the profile's interpreter::
+Pure functions (assignment, checksum, the status record) plus a small command line that the launch role ships to
+the box (with everything it imports: ``_launch_lib_files`` in roles/launch/vars/main.yml) and that the run
+wrapper calls with the profile's interpreter::
 
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch code --root DIR --out FILE [--commit C]
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch done STATUS_FILE
@@ -15,12 +16,14 @@ Pure functions (assignment, checksum, the status record) plus a small command li
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
     code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest"}: the code that ran
-    queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten
-    run-item-<sha12>.sh       the run wrapper for one item; never rewritten
+    queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten (launch_scripts.py)
+    run-item-<sha12>.sh       the run wrapper for one item; never rewritten (launch_scripts.py)
     main.pid                  PID of the running item's command (the sampler reads its RSS)
     samples.tsv               the sampler's readings, when launch_sampler is on
     items/<id>/status.json    {"item", "exit_code", "started", "finished", "arg", "host", "command_exit_code",
-                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code"}
+                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code"}, written by
+                               job_layout.write_status: first a provisional one (the item failed, "sync_error" says
+                               the finish step did not complete), replaced by the final one
 """
 
 from __future__ import annotations
@@ -33,11 +36,10 @@ import os
 import shutil
 import socket
 import sys
-import time
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
-
-STATUS_FILE = "status.json"
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 
 def item_width(total):
@@ -51,6 +53,8 @@ def assign(queue, hosts):
     Returns a list of dicts ``{index, item, host, arg}`` in queue order; ``item`` is the zero-padded index.
     Raises ValueError on an empty host list or a queue entry that is not a string or a number.
     """
+    if isinstance(queue, (str, bytes, dict)):
+        raise ValueError("the queue must be a list of items, got a %s" % type(queue).__name__)
     hosts = sorted(set(str(host) for host in hosts or ()))
     if not hosts:
         raise ValueError("no hosts to spread the queue over")
@@ -119,36 +123,10 @@ def _rel(rel_dir, name):
     return name if rel_dir == "." else os.path.join(rel_dir, name).replace(os.sep, "/")
 
 
-def write_json_atomic(path, data):
-    """Write ``data`` as JSON to ``path.tmp`` then rename it over ``path``."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        handle.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.rename(tmp, path)
-
-
-def read_json(path):
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def is_done(status):
-    """An item is done when its status says exit code 0 (an int, not a bool)."""
-    code = (status or {}).get("exit_code")
-    return isinstance(code, int) and not isinstance(code, bool) and code == 0
-
-
 def pending(items_dir, ids):
     """The ids, in the given order, whose ``items/<id>/status.json`` does not say exit code 0."""
-    return [item for item in ids if not is_done(read_json(os.path.join(items_dir, item, STATUS_FILE)))]
-
-
-def now_iso():
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [item for item in ids
+            if not job_layout.is_done(job_layout.read_record(job_layout.item_status_path(items_dir, item)))]
 
 
 def prune(output_dir, patterns, keep):
@@ -184,9 +162,9 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
     ``sync_error``; ``command_exit_code`` keeps the command's own code. ``sync`` is the sync function (tests).
     """
     sync = sync or sync_core.sync
-    status = {"item": item, "exit_code": exit_code, "command_exit_code": exit_code, "started": started,
-              "finished": None, "arg": arg, "host": host, "output_dir": output_dir, "sync_dest": None,
-              "synced": [], "sync_error": None, "pruned": [], "code": code}
+    status = provisional_status(item, exit_code, started, output_dir, arg=arg, code=code, host=host)
+    status["exit_code"] = exit_code
+    status["sync_error"] = None
     if exit_code != 0:
         line = "==== trainer: item %s failed, exit %d ====" % (item, exit_code)
     elif not sync_dest or not best:
@@ -205,8 +183,17 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
             keep = set(entry["path"].split("/")[0] for entry in result["files"])
             status["pruned"] = prune(output_dir, scratch, keep)
             line = "==== trainer: item %s done, synced %d files to %s ====" % (item, len(result["files"]), sync_dest)
-    status["finished"] = now_iso()
+    status["finished"] = job_layout.now_iso()
     return status, line
+
+
+def provisional_status(item, exit_code, started, output_dir, arg=None, code=None, host=None):
+    """The status written before the finish step does anything that can fail: the item failed (exit code 1 when
+    the command succeeded), and ``sync_error`` says the finish step did not complete. Replaced at its end."""
+    return job_layout.status_record(
+        exit_code if exit_code != 0 else 1, started, item=item, command_exit_code=exit_code, arg=arg, host=host,
+        output_dir=output_dir, sync_dest=None, synced=[], sync_error="the finish step did not complete; see the log",
+        pruned=[], code=code)
 
 
 def cli(argv=None):
@@ -239,26 +226,26 @@ def cli(argv=None):
         record = tree_checksum(args.root)
         record.update(commit=args.commit or None, dirty={"true": True, "false": False}.get(args.dirty),
                       src=args.src or None, dest=os.path.abspath(args.root))
-        changed = read_json(args.out) != record
+        changed = job_layout.read_record(args.out) != record
         if changed:
-            write_json_atomic(args.out, record)
+            write_atomic(args.out, json.dumps(record, indent=1, sort_keys=True) + "\n")
         record["changed"] = changed
         sys.stdout.write(json.dumps(record, sort_keys=True) + "\n")
         return 0
     if args.cmd == "done":
-        return 0 if is_done(read_json(args.status)) else 1
+        return 0 if job_layout.is_done(job_layout.read_record(args.status)) else 1
     if args.cmd == "pending":
         sys.stdout.write(json.dumps(pending(args.items_dir, args.ids)) + "\n")
         return 0
     if args.cmd == "finish":
-        code = read_json(args.code) if args.code else None
+        code = job_layout.read_record(args.code) if args.code else None
+        host = args.host or socket.gethostname()
+        job_layout.write_status(args.status, provisional_status(args.item, args.exit_code, args.started,
+                                                                args.output_dir, arg=args.arg, code=code, host=host))
         status, line = finish_item(args.item, args.exit_code, args.started, args.output_dir,
                                    sync_dest=args.sync_dest or None, best=args.best, scratch=args.scratch,
-                                   arg=args.arg, code=code, host=args.host or socket.gethostname())
-        directory = os.path.dirname(args.status)
-        if directory and not os.path.isdir(directory):
-            os.makedirs(directory)
-        write_json_atomic(args.status, status)
+                                   arg=args.arg, code=code, host=host)
+        job_layout.write_status(args.status, status)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         return 0 if status["exit_code"] == 0 else (status["exit_code"] if 0 < status["exit_code"] < 256 else 1)

@@ -22,7 +22,8 @@ description:
     byte offset). The wrapper writes its PID and C(/proc) start time to C(job.pid) and C(job.starttime), appends
     C(==== trainer: started <iso time> pid <pid> ====) to the log, sources O(env_files) in order, exports
     C(PYTHONUNBUFFERED=1) and O(env), runs the command with stdout and stderr appended to the log, and writes
-    C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped.
+    C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped, with the
+    collection's C(job_layout) helper run by the interpreter that runs this module, from C(<run_dir>/<name>/lib/).
   - The job sees C(TRAINER_JOB_NAME), C(TRAINER_JOB_DIR) and C(TRAINER_ITEMS_DIR). A run wrapper that works through a
     queue writes one C($TRAINER_ITEMS_DIR/<item>/status.json) per finished item, with the keys C(item),
     C(exit_code), C(started) and C(finished), for M(remote_gpu.trainer.job_status) to count.
@@ -158,27 +159,31 @@ msg:
   sample: started abl-lr3e4 under tmux, pid 48213
 """
 
-import json
 import os
 import shlex
-import signal
 import subprocess
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, inode_check, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, inode_check, job_layout, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_wrapper
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
 
 DISK_REFUSE_PCT = 99
 PID_WAIT_SECONDS = 10
 POLL_SECONDS = 0.1
-KILL_WAIT_SECONDS = 10
 
 
 class JobError(Exception):
-    """A problem reported with fail_json."""
+    """A problem reported with fail_json: the message says what is wrong and what to do."""
+
+
+def io_error(exc, what):
+    """An OSError while doing ``what`` -> JobError that names the file."""
+    return JobError("cannot %s: %s: %s" % (what, getattr(exc, "filename", None) or "I/O error", exc.strerror or exc))
 
 
 def build_module():
@@ -199,36 +204,13 @@ def build_module():
     )
 
 
-def read_meta(paths):
-    text = jobs.read_text(paths["meta_file"])
-    try:
-        meta = json.loads(text) if text else {}
-    except ValueError:
-        meta = {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def tmux_has_session(module, tmux, name):
-    if not tmux:
-        return False
-    rc, _out, _err = module.run_command([tmux, "has-session", "-t", "=" + jobs.tmux_session(name)])
-    return rc == 0
-
-
-def current(module, paths, name):
-    """(pid or None, running) of the job as recorded on the box."""
-    pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
-    if pid is not None:
-        starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
-        running = procfs.is_same_process(pid, starttime)
-        return (pid if running else None), running
-    # Before the wrapper has written its PID file, its tmux session is the only evidence.
-    return None, tmux_has_session(module, module.get_bin_path("tmux"), name)
+def has_session(module, name):
+    return job_layout.tmux_has_session(module.run_command, module.get_bin_path("tmux"), name)
 
 
 def validate(module):
     params = module.params
-    if not jobs.valid_name(params["name"]):
+    if not job_layout.valid_name(params["name"]):
         raise JobError("name %r may contain only letters, digits, '_', '.' and '-'" % params["name"])
     if params["stop_timeout"] < 0:
         raise JobError("stop_timeout must be 0 or more seconds, got %d" % params["stop_timeout"])
@@ -284,51 +266,55 @@ def check_disks(paths):
             "; ".join("%s: %s" % (f["code"], f["message"]) for f in problems), problems[0]["action"]))
 
 
-def write_atomic(path, text, mode=0o600):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, mode)
-    os.rename(tmp, path)
-
-
 def prepare(module, paths):
-    """Write the wrapper (a new versioned file, never over an existing one) -> its path."""
+    """Write the wrapper (a new versioned file, never over an existing one) and the library it calls -> its path.
+
+    The wrapper writes the final status.json with job_layout.py, run by this module's interpreter from
+    ``<job dir>/lib``.
+    """
     params = module.params
-    text = jobs.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
-                             params["env"])
-    wrapper = os.path.join(paths["job_dir"], jobs.wrapper_name(text))
+    lib_dir = os.path.join(paths["job_dir"], "lib")
+    text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
+                                    params["env"], python=sys.executable, lib_dir=lib_dir)
+    wrapper = os.path.join(paths["job_dir"], job_wrapper.wrapper_name(text))
     if not module.check_mode:
-        os.makedirs(paths["job_dir"], mode=0o700, exist_ok=True)
-        log_dir = os.path.dirname(paths["log_path"])
-        if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
-        if not os.path.exists(wrapper):
-            write_atomic(wrapper, text, 0o700)
+        try:
+            os.makedirs(paths["job_dir"], mode=0o700, exist_ok=True)
+            log_dir = os.path.dirname(paths["log_path"])
+            if log_dir:
+                os.makedirs(log_dir, exist_ok=True)
+            job_wrapper.install_lib(lib_dir, (job_layout, atomic, procfs))
+            if not os.path.exists(wrapper):
+                atomic.write_atomic(wrapper, text, 0o700)
+        except OSError as exc:
+            raise io_error(exc, "write the job's wrapper or library in %s" % paths["job_dir"])
     return wrapper
 
 
 def launch(module, paths, wrapper, detach):
     """Start the wrapper detached; wait for its PID file -> pid."""
     name = module.params["name"]
-    for stale in (paths["pid_file"], paths["starttime_file"]):
-        if os.path.exists(stale):
-            os.unlink(stale)
     oom_path, oom = cgroup.read_oom_kills()
     meta = {"name": name, "detach": detach, "wrapper": wrapper, "log_path": paths["log_path"],
             "launched_epoch": time.time(), "oom_kill_at_launch": oom.get("oom_kill"), "oom_events_path": oom_path}
-    write_atomic(paths["meta_file"], json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    try:
+        for stale in (paths["pid_file"], paths["starttime_file"]):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        job_layout.write_meta(paths, meta)
+    except OSError as exc:
+        raise io_error(exc, "prepare the start of %s" % name)
     bash = module.get_bin_path("bash", required=True)
     if detach == "tmux":
         tmux = module.get_bin_path("tmux", required=True)
         # One shell-command string: tmux before 3.0 joins several arguments without quoting them.
         shell_command = "exec %s %s" % (shlex.quote(bash), shlex.quote(wrapper))
-        rc, _out, err = module.run_command([tmux, "new-session", "-d", "-s", jobs.tmux_session(name),
+        rc, _out, err = module.run_command([tmux, "new-session", "-d", "-s", job_layout.tmux_session(name),
                                             "-c", paths["job_dir"], shell_command])
         if rc != 0:
             raise JobError("tmux new-session failed (rc %d): %s. If a stale session %s is left over, close it "
                            "(tmux kill-session -t %s) or use detach=nohup"
-                           % (rc, err.strip(), jobs.tmux_session(name), jobs.tmux_session(name)))
+                           % (rc, err.strip(), job_layout.tmux_session(name), job_layout.tmux_session(name)))
     else:
         argv = [module.get_bin_path("setsid", required=True), "-f", module.get_bin_path("nohup", required=True),
                 bash, wrapper]
@@ -342,7 +328,7 @@ def launch(module, paths, wrapper, detach):
                 proc.returncode, proc.stderr.decode("utf-8", "replace").strip()))
     deadline = time.time() + PID_WAIT_SECONDS
     while time.time() < deadline:
-        pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
+        pid = job_layout.parse_int_file(job_layout.read_text(paths["pid_file"]))
         if pid is not None:
             return pid
         time.sleep(POLL_SECONDS)
@@ -350,58 +336,31 @@ def launch(module, paths, wrapper, detach):
                    % (detach, paths["pid_file"], PID_WAIT_SECONDS, paths["log_path"]))
 
 
-def alive_in_group(pid, starttime, group):
-    if procfs.is_same_process(pid, starttime):
-        return True
-    return bool(group and procfs.group_members(pid, procfs.all_stats()))
-
-
-def signal_job(pid, group, sig):
-    try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def stop(module, paths, pid):
     """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped."""
-    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
-    stat = procfs.read_stat(pid)
-    group = stat is not None and stat["pgrp"] == pid
     try:
-        signal_job(pid, group, signal.SIGTERM)
-        deadline = time.time() + module.params["stop_timeout"]
-        while time.time() < deadline and alive_in_group(pid, starttime, group):
-            time.sleep(POLL_SECONDS)
-        if alive_in_group(pid, starttime, group):
-            signal_job(pid, group, signal.SIGKILL)
-            deadline = time.time() + KILL_WAIT_SECONDS
-            while time.time() < deadline and alive_in_group(pid, starttime, group):
-                time.sleep(POLL_SECONDS)
+        return job_layout.stop_job(paths, pid, module.params["stop_timeout"])
     except PermissionError as exc:
         raise JobError("not allowed to signal pid %d: %s" % (pid, exc.strerror))
-    return not alive_in_group(pid, starttime, group)
 
 
 def stop_tmux_session(module):
-    tmux = module.get_bin_path("tmux")
-    if tmux_has_session(module, tmux, module.params["name"]):
-        module.run_command([tmux, "kill-session", "-t", "=" + jobs.tmux_session(module.params["name"])])
+    if has_session(module, module.params["name"]):
+        module.run_command([module.get_bin_path("tmux"), "kill-session", "-t",
+                            "=" + job_layout.tmux_session(module.params["name"])])
 
 
 def run(module, result):
     params = module.params
     validate(module)
     run_dir = os.path.abspath(os.path.expanduser(params["run_dir"]))
-    paths = jobs.job_paths(run_dir, params["name"], params["log_path"])
+    paths = job_layout.job_paths(run_dir, params["name"], params["log_path"])
     result.update(run_dir=run_dir, log_path=paths["log_path"])
-    meta = read_meta(paths)
+    meta = job_layout.read_meta(paths)
     result["detach"] = meta.get("detach")
     result["wrapper"] = meta.get("wrapper")
-    pid, running = current(module, paths, params["name"])
+    # the PID with its start time; before the wrapper has written its PID file, its tmux session
+    pid, running = job_layout.liveness(paths, lambda: has_session(module, params["name"]))
     result.update(pid=pid, running=running)
     state = params["state"]
     name = params["name"]
@@ -423,7 +382,7 @@ def run(module, result):
     if running:
         result["msg"] = "%s is already running (pid %s)" % (name, pid)
         return
-    final = jobs.parse_status(jobs.read_text(paths["status_file"]))
+    final = job_layout.parse_status(job_layout.read_text(paths["status_file"]))
     if state == "started" and final is not None and final["exit_code"] == 0:
         result["msg"] = ("%s already finished with exit code 0 at %s; use state=restarted to run it again"
                          % (name, final["finished"]))
@@ -437,7 +396,7 @@ def run(module, result):
         result["msg"] = "would start %s under %s" % (name, detach)
         return
     new_pid = launch(module, paths, result["wrapper"], detach)
-    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
+    starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"]))
     result["running"] = procfs.is_same_process(new_pid, starttime)
     result["pid"] = new_pid if result["running"] else None
     ended = "" if result["running"] else " (it has already ended; see %s)" % paths["status_file"]
@@ -453,9 +412,6 @@ def main():
         run(module, result)
     except JobError as exc:
         result["msg"] = str(exc)
-        module.fail_json(**result)
-    except OSError as exc:
-        result["msg"] = "%s: %s" % (getattr(exc, "filename", None) or "I/O error", exc.strerror or exc)
         module.fail_json(**result)
     module.exit_json(**result)
 

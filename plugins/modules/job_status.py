@@ -180,7 +180,6 @@ findings:
       action: Read the tail of the log, classify the failure, then restart the remaining items.
 """
 
-import json
 import os
 import re
 import time
@@ -188,7 +187,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, job_layout, job_log
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 
 
@@ -204,7 +204,7 @@ def build_module():
                 queue_length=dict(type="int", default=0),
             )),
             run_dir=dict(type="str", default="~/.trainer/jobs"),
-            progress_regex=dict(type="str", default=jobs.DEFAULT_PROGRESS_RE),
+            progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
             stale_minutes=dict(type="int", default=30),
             tail_lines=dict(type="int", default=20),
             paths=dict(type="list", elements="path", default=[]),
@@ -221,70 +221,55 @@ def build_module():
     )
 
 
+class StatusError(Exception):
+    """Arguments job_status cannot work with; the message says what to fix."""
+
+
 def validate(params):
-    """-> (job list, compiled progress regex); raises ValueError with what to fix."""
+    """-> (job list, compiled progress regex); raises StatusError with what to fix."""
     job_list = params["jobs"] or [{"name": params["name"], "log_path": params["log_path"],
                                    "queue_length": params["queue_length"]}]
     for job in job_list:
-        if not jobs.valid_name(job["name"]):
-            raise ValueError("job name %r may contain only letters, digits, '_', '.' and '-'" % job["name"])
+        if not job_layout.valid_name(job["name"]):
+            raise StatusError("job name %r may contain only letters, digits, '_', '.' and '-'" % job["name"])
         if job["queue_length"] < 0:
-            raise ValueError("queue_length of %s must be 0 or more" % job["name"])
+            raise StatusError("queue_length of %s must be 0 or more" % job["name"])
     for key in ("stale_minutes", "tail_lines", "timeout"):
         if params[key] < 0:
-            raise ValueError("%s must be 0 or more, got %d" % (key, params[key]))
+            raise StatusError("%s must be 0 or more, got %d" % (key, params[key]))
     if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
-        raise ValueError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
-                         % (params["warn_pct"], params["fail_pct"]))
+        raise StatusError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
+                          % (params["warn_pct"], params["fail_pct"]))
     try:
-        regex = jobs.compile_progress(params["progress_regex"])
+        regex = job_log.compile_progress(params["progress_regex"])
     except re.error as exc:
-        raise ValueError("progress_regex is not a valid regular expression (%s): fix the pattern" % exc)
+        raise StatusError("progress_regex is not a valid regular expression (%s): fix the pattern" % exc)
     return job_list, regex
-
-
-def read_meta(path):
-    try:
-        meta = json.loads(jobs.read_text(path) or "{}")
-    except ValueError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def scan_log_file(path, regex, tail_lines):
     """(scan result, mtime) of a log, or (None, None) when it cannot be read."""
     try:
         with open(path, "r", errors="replace") as handle:
-            scan = jobs.scan_log(jobs.read_blocks(handle), regex, tail_lines)
+            scan = job_log.scan_log(job_log.read_blocks(handle), regex, tail_lines)
         return scan, os.stat(path).st_mtime
     except (IOError, OSError):
         return None, None
 
 
-def tmux_has_session(module, name):
-    tmux = module.get_bin_path("tmux")
-    if not tmux:
-        return False
-    rc, _out, _err = module.run_command([tmux, "has-session", "-t", "=" + jobs.tmux_session(name)])
-    return rc == 0
-
-
 def report_job(module, spec, regex, oom, now, boot_epoch):
     params = module.params
-    paths = jobs.job_paths(os.path.abspath(os.path.expanduser(params["run_dir"])), spec["name"])
-    meta = read_meta(paths["meta_file"])
+    paths = job_layout.job_paths(os.path.abspath(os.path.expanduser(params["run_dir"])), spec["name"])
+    meta = job_layout.read_meta(paths)
     log_path = spec["log_path"] or meta.get("log_path") or paths["log_path"]
-    pid = jobs.parse_int_file(jobs.read_text(paths["pid_file"]))
-    starttime = jobs.parse_int_file(jobs.read_text(paths["starttime_file"]))
-    if pid is not None:
-        alive = procfs.is_same_process(pid, starttime)
-    else:  # launched under tmux, before the wrapper wrote its PID file
-        alive = tmux_has_session(module, spec["name"])
+    # the PID with its start time; launched under tmux, before the wrapper wrote its PID file, the session
+    pid, alive = job_layout.liveness(paths, lambda: job_layout.tmux_has_session(
+        module.run_command, module.get_bin_path("tmux"), spec["name"]))
     # The wrapper deletes status.json before it writes its PID, so a status file always belongs to the latest run.
-    final = jobs.parse_status(jobs.read_text(paths["status_file"]))
-    items = jobs.item_statuses(paths["items_dir"])
+    final = job_layout.parse_status(job_layout.read_text(paths["status_file"]))
+    items = job_layout.item_statuses(paths["items_dir"])
     scan, mtime = scan_log_file(log_path, regex, params["tail_lines"])
-    scan = scan or jobs.scan_log([], regex, 0)
+    scan = scan or job_log.scan_log([], regex, 0)
     # The rise of the oom_kill counter of the cgroup the job was launched in (recorded at launch); None when that
     # file is gone or was never known, so an OOM is never inferred without it.
     delta = None
@@ -301,7 +286,7 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "job_dir": paths["job_dir"],
         "exists": os.path.isdir(paths["job_dir"]),
         "alive": alive,
-        "pid": pid if alive else None,
+        "pid": pid,
         "detach": meta.get("detach"),
         "items_done": sum(1 for item in items if item["exit_code"] == 0),
         "items_failed": sum(1 for item in items if item["exit_code"] not in (0, None)),
@@ -386,7 +371,7 @@ def main():
              "findings": []}
     try:
         result = run(module)
-    except ValueError as exc:
+    except StatusError as exc:
         module.fail_json(msg=str(exc), changed=False, **empty)
     exit_by_fail_on(module, result, module.params["fail_on"])
 

@@ -174,7 +174,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query, job_layout, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import vram_reaper as reaper
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 
@@ -206,7 +206,7 @@ def build_module():
 def protected_roots(params):
     roots = set(params["protect_pids"])
     for path in params["protect_pid_files"]:
-        pid = jobs.parse_int_file(jobs.read_text(path))
+        pid = job_layout.parse_int_file(job_layout.read_text(path))
         if pid is None:
             raise ReaperError("protect_pid_files: %s is missing or holds no PID; fix the path or drop it" % path)
         roots.add(pid)

@@ -1,16 +1,18 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, job_log, job_wrapper, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs
 
-REGEX = jobs.compile_progress(None)
+REGEX = job_log.compile_progress(None)
 
 
 def scan(text, tail=20):
-    return jobs.scan_log(text.splitlines(True), REGEX, tail)
+    return job_log.scan_log(text.splitlines(True), REGEX, tail)
 
 
 @pytest.mark.parametrize("line,kind", [
@@ -26,12 +28,12 @@ def scan(text, tail=20):
     ("Segmentation fault (core dumped)", "segfault"),
 ])
 def test_crash_markers(line, kind):
-    assert jobs.crash_kind(line) == kind
+    assert job_log.crash_kind(line) == kind
 
 
 def test_steps_and_global_step_are_not_progress_words():
-    assert jobs.progress_of("warmup_steps 500", REGEX, 1) is None
-    assert jobs.progress_of("global_step=10", REGEX, 1) is None
+    assert job_log.progress_of("warmup_steps 500", REGEX, 1) is None
+    assert job_log.progress_of("global_step=10", REGEX, 1) is None
 
 
 @pytest.mark.parametrize("line", [
@@ -43,7 +45,7 @@ def test_steps_and_global_step_are_not_progress_words():
     "loading nccl_config.yaml",
 ])
 def test_metrics_and_ordinary_words_are_not_crashes(line):
-    assert jobs.crash_kind(line) is None
+    assert job_log.crash_kind(line) is None
 
 
 @pytest.mark.parametrize("line,unit,value,total", [
@@ -56,16 +58,16 @@ def test_metrics_and_ordinary_words_are_not_crashes(line):
     ("Step (100/500)", "step", 100, 500),
 ])
 def test_default_progress(line, unit, value, total):
-    reading = jobs.progress_of(line, REGEX, 4)
+    reading = job_log.progress_of(line, REGEX, 4)
     assert (reading["unit"], reading["value"], reading["total"], reading["line_no"]) == (unit, value, total, 4)
 
 
 def test_custom_progress_regex():
-    regex = jobs.compile_progress(r"it (?P<value>\d+) of (?P<total>\d+)")
-    assert jobs.progress_of("it 5 of 9", regex, 1)["value"] == 5
-    assert jobs.progress_of("nothing", regex, 1) is None
+    regex = job_log.compile_progress(r"it (?P<value>\d+) of (?P<total>\d+)")
+    assert job_log.progress_of("it 5 of 9", regex, 1)["value"] == 5
+    assert job_log.progress_of("nothing", regex, 1) is None
     with pytest.raises(Exception):
-        jobs.compile_progress("(unclosed")
+        job_log.compile_progress("(unclosed")
 
 
 def test_scan_counts_only_after_the_latest_start():
@@ -95,7 +97,7 @@ def test_scan_in_small_blocks_keeps_line_numbers_and_the_latest_start(tmp_path):
               "NCCL WARN Call to connect returned Connection refused", "tqdm 10%\rtqdm 20%"]
     log.write_bytes(("\n".join(lines)).encode())  # no newline at the end, a bare CR from a progress bar
     with open(str(log), errors="replace") as handle:
-        result = jobs.scan_log(jobs.read_blocks(handle, size=64), REGEX, tail_lines=3)
+        result = job_log.scan_log(job_log.read_blocks(handle, size=64), REGEX, tail_lines=3)
     assert result["starts"] == 2 and result["last_start_line"] == 202
     assert [(m["line_no"], m["kind"]) for m in result["crash_markers"]] == [(205, "nccl")]
     assert result["progress"]["text"] == "Epoch 7/9" and result["progress"]["line_no"] == 203
@@ -118,7 +120,7 @@ def test_scan_reports_markers_with_line_numbers():
 
 def test_scan_caps_markers_but_counts_all():
     result = scan("Killed\n" * 50)
-    assert len(result["crash_markers"]) == jobs.MAX_MARKERS and result["crash_marker_count"] == 50
+    assert len(result["crash_markers"]) == job_log.MAX_MARKERS and result["crash_marker_count"] == 50
 
 
 def test_vanished_reason_never_guesses_oom():
@@ -135,29 +137,29 @@ def test_vanished_reason_never_guesses_oom():
 
 
 def test_layout_and_wrapper_versioning():
-    paths = jobs.job_paths("/r", "abl-1")
+    paths = job_layout.job_paths("/r", "abl-1")
     assert paths["pid_file"] == "/r/abl-1/job.pid" and paths["log_path"] == "/r/abl-1/job.log"
     assert paths["status_file"] == "/r/abl-1/status.json" and paths["items_dir"] == "/r/abl-1/items"
-    assert jobs.job_paths("/r", "x", "/logs/x.log")["log_path"] == "/logs/x.log"
-    one = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
-    again = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
-    other = jobs.wrapper_text("abl-1", paths, "python train.py", env={"A": "2"})
-    assert jobs.wrapper_name(one) == jobs.wrapper_name(again) != jobs.wrapper_name(other)
-    assert jobs.wrapper_name(one).startswith("wrapper-") and jobs.wrapper_name(one).endswith(".sh")
+    assert job_layout.job_paths("/r", "x", "/logs/x.log")["log_path"] == "/logs/x.log"
+    one = job_wrapper.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
+    again = job_wrapper.wrapper_text("abl-1", paths, "python train.py", env={"A": "1"})
+    other = job_wrapper.wrapper_text("abl-1", paths, "python train.py", env={"A": "2"})
+    assert job_wrapper.wrapper_name(one) == job_wrapper.wrapper_name(again) != job_wrapper.wrapper_name(other)
+    assert job_wrapper.wrapper_name(one).startswith("wrapper-") and job_wrapper.wrapper_name(one).endswith(".sh")
     assert "export PYTHONUNBUFFERED=1" in one and "bash -c 'python train.py'" in one
-    assert jobs.command_line(["python", "a b.py", "--x=$HOME"]) == "python 'a b.py' '--x=$HOME'"
-    assert jobs.tmux_session("abl-1") == "trainer-abl-1"
-    assert jobs.valid_name("abl-1.v2_x") and not jobs.valid_name("a/b") and not jobs.valid_name("..")
+    assert job_wrapper.command_line(["python", "a b.py", "--x=$HOME"]) == "python 'a b.py' '--x=$HOME'"
+    assert job_layout.tmux_session("abl-1") == "trainer-abl-1"
+    assert job_layout.valid_name("abl-1.v2_x") and not job_layout.valid_name("a/b") and not job_layout.valid_name("..")
 
 
 def test_status_and_pid_files():
-    status = jobs.parse_status(json.dumps({"item": "007", "exit_code": 0, "started": "a", "finished": "b"}))
+    status = job_layout.parse_status(json.dumps({"item": "007", "exit_code": 0, "started": "a", "finished": "b"}))
     assert status == {"item": "007", "exit_code": 0, "started": "a", "finished": "b"}
-    assert jobs.parse_status("{not json") is None
-    assert jobs.parse_status(None) is None
-    assert jobs.parse_status('{"exit_code": "0"}')["exit_code"] is None
-    assert jobs.parse_int_file("4242\n") == 4242
-    assert jobs.parse_int_file("") is None and jobs.parse_int_file(None) is None
+    assert job_layout.parse_status("{not json") is None
+    assert job_layout.parse_status(None) is None
+    assert job_layout.parse_status('{"exit_code": "0"}')["exit_code"] is None
+    assert job_layout.parse_int_file("4242\n") == 4242
+    assert job_layout.parse_int_file("") is None and job_layout.parse_int_file(None) is None
 
 
 def test_item_statuses(tmp_path):
@@ -165,9 +167,9 @@ def test_item_statuses(tmp_path):
         (tmp_path / item).mkdir()
         (tmp_path / item / "status.json").write_text(json.dumps({"exit_code": code}))
     (tmp_path / "004").mkdir()  # in progress: no status yet
-    found = jobs.item_statuses(str(tmp_path))
+    found = job_layout.item_statuses(str(tmp_path))
     assert [(s["item"], s["exit_code"]) for s in found] == [("001", 0), ("002", 0), ("003", 1)]
-    assert jobs.item_statuses(str(tmp_path / "absent")) == []
+    assert job_layout.item_statuses(str(tmp_path / "absent")) == []
 
 
 def base_job(**changes):
@@ -199,3 +201,25 @@ def test_job_findings():
     assert codes(jobs.job_findings(base_job(oom_kills_since_launch=2), 1800)) == [("oom_killed", "WARN")]
     oom_gone = base_job(alive=False, last_exit_code=137, oom_kills_since_launch=1, vanished_reason="oom_kill")
     assert codes(jobs.job_findings(oom_gone, 1800)) == [("job_gone_incomplete", "FAIL"), ("oom_killed", "FAIL")]
+
+
+def test_the_wrapper_writes_its_status_with_job_layout(tmp_path):
+    """The wrapper has no status writer of its own: it runs job_layout's, from the library in the job directory."""
+    import subprocess
+    import sys
+
+    paths = job_layout.job_paths(str(tmp_path), "abl-1")
+    lib = str(tmp_path / "abl-1" / "lib")
+    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is True
+    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is False  # unchanged: nothing written
+    package = os.path.join(lib, *job_wrapper.PACKAGE.split("/"))
+    assert sorted(os.listdir(package)) == ["atomic.py", "job_layout.py", "procfs.py"]
+    text = job_wrapper.wrapper_text("abl-1", paths, "exit 3", python=sys.executable, lib_dir=lib)
+    assert "printf '{" not in text and "-m %s status" % job_layout.CLI_MODULE in text
+    wrapper = tmp_path / "abl-1" / job_wrapper.wrapper_name(text)
+    wrapper.write_text(text)
+    env = {"PATH": os.environ["PATH"]}  # no PYTHONPATH: the copied library alone must do
+    assert subprocess.run(["bash", str(wrapper)], env=env, timeout=60, check=False).returncode == 3
+    status = json.loads((tmp_path / "abl-1" / "status.json").read_text())
+    assert status["exit_code"] == 3 and status["item"] is None and status["started"] and status["finished"]
+    assert "==== trainer: finished " in (tmp_path / "abl-1" / "job.log").read_text()

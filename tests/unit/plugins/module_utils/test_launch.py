@@ -174,27 +174,50 @@ def test_cli_finish_writes_status_atomically_and_exit_code(out, tmp_path):
 
 
 def test_launch_ships_every_module_util_its_helpers_import():
-    """launch.yml copies a fixed list of module_utils to the box; the list must include everything they import."""
+    """The launch role copies a fixed list of module_utils to the box; the list must include everything they import."""
     import pathlib
     import re
 
     import yaml
 
     repo = pathlib.Path(__file__).resolve().parents[4]
-    plays = yaml.safe_load((repo / "playbooks" / "launch.yml").read_text())
-    shipped = None
-    stack = [plays]
-    while stack and shipped is None:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("name", "").startswith("Ship the sync and launch helpers"):
-                shipped = set(node["loop"])
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    assert shipped, "the shipping task was not found in launch.yml"
+    role = repo / "roles" / "launch"
+    shipped = yaml.safe_load((role / "vars" / "main.yml").read_text())["_launch_lib_files"]
+    tasks = yaml.safe_load((role / "tasks" / "main.yml").read_text())
+    pushes = [task for block in tasks for task in block.get("block", [block]) if "remote_gpu.trainer.push_code" in task]
+    assert pushes and pushes[0]["remote_gpu.trainer.push_code"]["lib_files"] == "{{ _launch_lib_files }}"
+    assert "launch.py" in shipped and len(set(shipped)) == len(shipped)
     utils = repo / "plugins" / "module_utils"
     for name in shipped:
-        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import (\w+))", (utils / name).read_text())
-        for module in {a or b for a, b in imports}:
-            assert module + ".py" in shipped, "%s imports %s, which launch.yml does not ship" % (name, module)
+        assert (utils / name).is_file(), "the launch role ships %s, which does not exist" % name
+        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import ([\w, ]+))", (utils / name).read_text())
+        for module in {m.split()[0] for a, b in imports for m in (a or b).split(",")}:
+            assert module + ".py" in shipped, "%s imports %s, which the launch role does not ship" % (name, module)
+
+
+def test_finish_writes_a_provisional_failed_status_before_anything_can_fail(out, tmp_path, monkeypatch):
+    """A finish step that dies half-way (here: the sync raises) still leaves a status that says the item failed."""
+    status_file = tmp_path / "items" / "000" / "status.json"
+
+    def crash(*_args, **_kwargs):
+        assert json.loads(status_file.read_text())["exit_code"] == 1  # already written when the work starts
+        raise RuntimeError("disk vanished")
+
+    monkeypatch.setattr(launch, "finish_item", crash)
+    with pytest.raises(RuntimeError):
+        launch.cli(["finish", "--item", "000", "--exit-code", "0", "--started", "t0", "--output-dir", str(out),
+                    "--status", str(status_file), "--host", "h", "--arg", "a0"])
+    status = json.loads(status_file.read_text())
+    assert status["exit_code"] == 1 and status["command_exit_code"] == 0 and status["item"] == "000"
+    assert "did not complete" in status["sync_error"] and status["host"] == "h" and status["arg"] == "a0"
+    assert not launch.pending(str(tmp_path / "items"), ["000"]) == []
+
+
+def test_assign_rejects_a_string_queue():
+    with pytest.raises(ValueError, match="must be a list"):
+        launch.assign("a,b", ["h"])
+
+
+def test_finish_status_has_the_same_keys_as_the_provisional_one(out):
+    final, _line = launch.finish_item("000", 3, "t0", str(out))
+    assert set(final) == set(launch.provisional_status("000", 3, "t0", str(out)))

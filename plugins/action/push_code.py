@@ -1,0 +1,92 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Push the code to the box with resumable rsync (the rsync argv is module_utils/rsync.py's) and record its commit."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
+from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+
+SPEC = argument_spec(DOCUMENTATION)
+FLAGS = ["-a", "--partial", "--delete-after", "--itemize-changes"]
+# Directory times are left alone: Python writes __pycache__ into the lib directory, which must not count as a change.
+LIB_FLAGS = ["-a", "--partial", "--itemize-changes", "--omit-dir-times", "--chmod=D700,F600"]
+MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
+
+
+def git_state(src, timeout=30):
+    """(commit, dirty) of the work tree at ``src``, each None when git cannot tell (not a work tree, no commit yet,
+    git missing)."""
+    rc, out, _err = run_with_timeout(["git", "-C", src, "rev-parse", "HEAD"], timeout)
+    commit = (out.strip() or None) if rc == 0 else None
+    rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain"], timeout)
+    return commit, (bool(out.strip()) if rc == 0 else None)
+
+
+def changes(stdout):
+    """The itemized lines of a transfer (rsync prints nothing else with these flags)."""
+    return [line for line in stdout.splitlines() if line.strip()]
+
+
+def code_argv(args, target, dry_run):
+    flags = FLAGS + (["--dry-run"] if dry_run else []) + ["--exclude=%s" % pattern for pattern in args["exclude"]]
+    return rsync.rsync_argv(flags, target, args["src"].rstrip("/") + "/", args["dest"].rstrip("/") + "/",
+                            pushing=True)
+
+
+def lib_argv(args, target, dry_run):
+    """Only the named files of module_utils (rsync filters: include each, exclude the rest)."""
+    flags = LIB_FLAGS + (["--dry-run"] if dry_run else [])
+    flags += ["--include=/%s" % name for name in args["lib_files"]] + ["--exclude=*"]
+    return rsync.rsync_argv(flags, target, MODULE_UTILS + "/", args["lib_dest"].rstrip("/") + "/", pushing=True)
+
+
+def missing_lib_files(names):
+    return [name for name in names if os.path.basename(name) != name or
+            not os.path.isfile(os.path.join(MODULE_UTILS, name))]
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+        src = os.path.abspath(os.path.expanduser(args["src"]))
+        args["src"] = src
+        result.update(changed=False, changes=[], commit=None, dirty=None, dest=args["dest"])
+        if not os.path.isdir(src):
+            return dict(result, failed=True, msg="src %s is not a directory on the controller: give the code "
+                                                 "directory (launch_src)" % src)
+        missing = missing_lib_files(args["lib_files"])
+        if missing:
+            return dict(result, failed=True,
+                        msg="lib_files %s are not files of %s" % (", ".join(missing), MODULE_UTILS))
+        result["commit"], result["dirty"] = git_state(src)
+        target = rsync.Target.from_connection(self._connection, task_vars)
+        check = bool(self._task.check_mode)
+        steps = [(code_argv(args, target, check), "the code %s" % src)]
+        if args["lib_dest"] and args["lib_files"]:
+            steps.append((lib_argv(args, target, check), "the helpers"))
+        try:
+            for argv, what in steps:
+                result["changes"] += changes(rsync.run_rsync(argv, args["timeout"], what))
+        except rsync.RsyncError as exc:
+            if check:  # a dry run cannot compare against a directory that the real run would create first
+                return dict(result, changed=True, msg="would push %s to %s (the dry run could not compare: %s)"
+                            % (src, args["dest"], exc))
+            return dict(result, failed=True, msg=str(exc))
+        result["changed"] = bool(result["changes"])
+        verb = "would push" if check else "pushed"
+        result["msg"] = ("%s %d change(s) to %s" % (verb, len(result["changes"]), args["dest"])
+                         if result["changes"] else "%s is up to date" % args["dest"])
+        return result

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The launch role's filters: the assignment table, the generated scripts, and the per-host report line.
+
+Documented in queue_table.yml, launch_scripts.yml and launch_report.yml; the work is done by module_utils/launch.py
+and module_utils/launch_scripts.py, which are unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts as scripts_core
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table
+
+
+def queue_table(plan):
+    """The printed assignment of a queue_assign plan: ITEM, HOST, ARGUMENT, one line per item."""
+    try:
+        return "\n".join(assignment_table(list(plan)))
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError("queue_table: the input must be the output of queue_assign (%s)" % exc)
+
+
+def launch_scripts(items, **settings):
+    """The run wrapper and queue runner of one host -> [{kind, path, text}]."""
+    try:
+        return scripts_core.scripts(list(items), **settings)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("launch_scripts: %s" % exc)
+
+
+def launch_report(items, host, probe=None, pending=(), job=None, code=None):
+    """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
+    job_status, detached_job and the code.json step (skipped or absent ones are fine)."""
+    ids = [row["item"] for row in items or ()]
+    if not ids:
+        return "%s: no items" % host
+    running = [job_ for job_ in (probe or {}).get("jobs") or () if job_.get("alive")]
+    if running:
+        return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
+    if not pending:
+        return "%s: all %d item(s) done, not started" % (host, len(ids))
+    line = "%s: %s; pending items %s" % (host, (job or {}).get("msg") or "not started", " ".join(pending))
+    try:
+        record = json.loads((code or {}).get("stdout") or "null")
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and record.get("tree_sha256"):
+        line += " (code %s, commit %s)" % (record["tree_sha256"][:12], record.get("commit") or "none")
+    return line
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_report": launch_report}

@@ -1,0 +1,245 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The on-box job protocol, one owner: the layout of a job directory, its meta and status files, and liveness.
+
+Stdlib only (with atomic.py and procfs.py): ``detached_job`` and ``job_status`` import it, and the job's own
+scripts run it on the box with the profile's interpreter::
+
+    PYTHONPATH=LIB PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout status FILE \\
+        --exit-code N --started ISO [--item ID]
+
+On-box layout (one directory per job; ``run_dir`` defaults to ``~/.trainer/jobs``)::
+
+    <run_dir>/<name>/
+        wrapper-<sha12>.sh   the script that runs the job; never rewritten (bash reads a running script by offset)
+        job.pid              PID of the wrapper: the session and process-group leader of the job
+        job.starttime        its start time, /proc/PID/stat field 22 (clock ticks since boot): defeats PID reuse
+        job.meta.json        written at launch: detach method, wrapper, log path, launch time, cgroup oom_kill count
+        job.log              default log: stdout and stderr of the wrapper and the command, appended
+        status.json          final status, written when the command ends:
+                             {"item": null, "exit_code": 0, "started": "<iso>", "finished": "<iso>"}
+        items/<item>/status.json
+                             one per finished queue item (for example ``items/007/status.json``), same keys with
+                             ``item`` set; ``exit_code`` 0 means done. The job sees this directory as
+                             ``$TRAINER_ITEMS_DIR`` (and ``$TRAINER_JOB_DIR``, ``$TRAINER_JOB_NAME``).
+
+Every ``status.json`` is written by :func:`write_status` (atomically: a reader sees the old file or the new one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+PID_FILE = "job.pid"
+STARTTIME_FILE = "job.starttime"
+META_FILE = "job.meta.json"
+STATUS_FILE = "status.json"
+LOG_FILE = "job.log"
+ITEMS_DIR = "items"
+LIB_DIR = ".lib"
+
+# What the job's scripts run to call this file on the box (with PYTHONPATH set to the lib directory).
+CLI_MODULE = "ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout"
+
+
+def valid_name(name):
+    return bool(name) and bool(NAME_RE.match(name)) and name not in (".", "..")
+
+
+def job_paths(run_dir, name, log_path=None):
+    """Every path of a job, from its run directory and name."""
+    job_dir = os.path.join(run_dir, name)
+    return {
+        "job_dir": job_dir,
+        "pid_file": os.path.join(job_dir, PID_FILE),
+        "starttime_file": os.path.join(job_dir, STARTTIME_FILE),
+        "meta_file": os.path.join(job_dir, META_FILE),
+        "status_file": os.path.join(job_dir, STATUS_FILE),
+        "items_dir": os.path.join(job_dir, ITEMS_DIR),
+        "log_path": log_path or os.path.join(job_dir, LOG_FILE),
+    }
+
+
+def item_status_path(items_dir, item):
+    """``items/<item>/status.json``."""
+    return os.path.join(items_dir, item, STATUS_FILE)
+
+
+def tmux_session(name):
+    return "trainer-%s" % name
+
+
+def now_iso():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_text(path, limit=None):
+    """A small file's text, or None when it cannot be read."""
+    try:
+        with open(path, "r", errors="replace") as handle:
+            return handle.read(limit) if limit else handle.read()
+    except (IOError, OSError, TypeError):
+        return None
+
+
+def parse_int_file(text):
+    """The first integer in a pid or starttime file, or None."""
+    try:
+        return int(text.split()[0])
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def _json_dict(text):
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def exit_code_of(data):
+    """The ``exit_code`` of a status dict when it is an int (not a bool), else None."""
+    code = (data or {}).get("exit_code")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def parse_status(text):
+    """A status.json -> dict with item, exit_code, started, finished; None when absent or not JSON."""
+    data = _json_dict(text)
+    if data is None:
+        return None
+    return {"item": data.get("item"), "exit_code": exit_code_of(data), "started": data.get("started"),
+            "finished": data.get("finished")}
+
+
+def read_record(path):
+    """A JSON object file (an item's status.json with all its keys, code.json) as a dict, or None."""
+    return _json_dict(read_text(path))
+
+
+def is_done(status):
+    """An item (or job) is done when its status says exit code 0 (an int, not a bool)."""
+    return exit_code_of(status) == 0
+
+
+def item_statuses(items_dir):
+    """Parsed ``items/<item>/status.json`` files, sorted by item directory name."""
+    try:
+        names = sorted(os.listdir(items_dir))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        status = parse_status(read_text(item_status_path(items_dir, name)))
+        if status is not None:
+            if status["item"] is None:
+                status["item"] = name
+            found.append(status)
+    return found
+
+
+def status_record(exit_code, started, item=None, finished=None, **extra):
+    """The status of a job or item: ``item``, ``exit_code``, ``started``, ``finished`` (now) and any ``extra``."""
+    record = dict(extra)
+    record.update(item=item, exit_code=exit_code, started=started, finished=finished or now_iso())
+    return record
+
+
+def write_status(path, record):
+    """THE writer of every status.json (a job's and each item's): JSON, atomically, parents created."""
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n", mode=0o644, make_dirs=True)
+
+
+def read_meta(paths):
+    """``job.meta.json`` as a dict; {} when it is absent or not a JSON object."""
+    return _json_dict(read_text(paths["meta_file"])) or {}
+
+
+def write_meta(paths, meta):
+    write_atomic(paths["meta_file"], json.dumps(meta, indent=1, sort_keys=True) + "\n", mode=0o600)
+
+
+def tmux_has_session(run_command, tmux, name):
+    """Whether the job's tmux session exists; ``run_command(argv) -> (rc, out, err)`` (AnsibleModule's)."""
+    if not tmux:
+        return False
+    return run_command([tmux, "has-session", "-t", "=" + tmux_session(name)])[0] == 0
+
+
+def liveness(paths, has_session):
+    """(pid or None, alive) of a job: its PID with the recorded start time, else (before the wrapper has written
+    its PID file) its tmux session. ``has_session`` is a callable that says whether the session exists."""
+    pid = parse_int_file(read_text(paths["pid_file"]))
+    if pid is not None:
+        alive = procfs.is_same_process(pid, parse_int_file(read_text(paths["starttime_file"])))
+        return (pid if alive else None), alive
+    return None, bool(has_session())
+
+
+def _alive_in_group(pid, starttime, group):
+    if procfs.is_same_process(pid, starttime):
+        return True
+    return bool(group and procfs.group_members(pid, procfs.all_stats()))
+
+
+def _signal(pid, group, sig):
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_job(paths, pid, timeout, poll=0.1, kill_wait=10):
+    """SIGTERM the job's process group (when ``pid`` leads one, else the PID alone), wait ``timeout`` seconds,
+    then SIGKILL and wait up to ``kill_wait`` -> True when it is gone. Only the recorded PID's group is signalled,
+    never processes found by name; PermissionError is the caller's to report."""
+    starttime = parse_int_file(read_text(paths["starttime_file"]))
+    stat = procfs.read_stat(pid)
+    group = stat is not None and stat["pgrp"] == pid
+    _signal(pid, group, signal.SIGTERM)
+    deadline = time.time() + timeout
+    while time.time() < deadline and _alive_in_group(pid, starttime, group):
+        time.sleep(poll)
+    if _alive_in_group(pid, starttime, group):
+        _signal(pid, group, signal.SIGKILL)
+        deadline = time.time() + kill_wait
+        while time.time() < deadline and _alive_in_group(pid, starttime, group):
+            time.sleep(poll)
+    return not _alive_in_group(pid, starttime, group)
+
+
+def cli(argv=None):
+    parser = argparse.ArgumentParser(prog="job_layout", description="remote_gpu.trainer job files (on the box)")
+    sub = parser.add_subparsers(dest="cmd")
+    p_status = sub.add_parser("status", help="write a final status.json")
+    p_status.add_argument("file")
+    p_status.add_argument("--exit-code", type=int, required=True)
+    p_status.add_argument("--started", default=None)
+    p_status.add_argument("--item", default=None)
+    args = parser.parse_args(argv)
+    if args.cmd == "status":
+        write_status(args.file, status_record(args.exit_code, args.started or None, item=args.item or None))
+        return 0
+    parser.print_usage(sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

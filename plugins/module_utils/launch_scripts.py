@@ -1,0 +1,198 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The bash scripts of a launch, generated in Python (no Jinja on the box): the run wrapper and the queue runner.
+
+Both are written to the job directory as new versioned files, ``run-item-<sha12>.sh`` and ``queue-<sha12>.sh``,
+never over one that may be running (bash reads a running script by byte offset). Pure: the same inputs give the
+same bytes, so an unchanged launch writes nothing. The filter ``remote_gpu.trainer.launch_scripts`` calls
+:func:`scripts`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+
+LAUNCH_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"
+SAMPLER_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler"
+
+q = shlex.quote
+
+
+def versioned_name(kind, text):
+    """``<kind>-<first 12 hex digits of the text's sha256>.sh``."""
+    return "%s-%s.sh" % (kind, hashlib.sha256(text.encode("utf-8")).hexdigest()[:12])
+
+
+def _as_list(value):
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
+                  lib_dir):
+    """The run wrapper: ``run-item-<sha>.sh ITEM_ID ARGUMENT`` runs one queue item, then the finish step."""
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Run wrapper of job %s, written by the remote_gpu.trainer launch role. Never edited in place: a changed"
+        % name,
+        "# command or setting gets a new run-item-<sha>.sh (bash reads a running script by byte offset).",
+        "#",
+        "# Usage: run-item-<sha>.sh ITEM_ID ARGUMENT",
+        "# Runs \"%s ARGUMENT\" in %s for one queue item, output in its own directory. Then" % (command, dest),
+        "# (the launch module_utils \"finish\" step, with the profile's interpreter): writes a provisional",
+        "# items/<id>/status.json (failed, until the step completes); on exit 0, copies the files matching the best",
+        "# patterns to the durable tier with the checked_sync core and verifies them, prunes the scratch patterns",
+        "# only after that, writes the final status.json with the exit code, times, item, synced files and the code",
+        "# record, and prints the success line last. Exit status: 0 only when the command succeeded and the sync",
+        "# was verified.",
+        "set -u",
+        "ID=$1",
+        "ARG=${2-}",
+        "JOB_DIR=%s" % q(job_dir),
+        "CODE_DIR=%s" % q(dest),
+        "COMMAND=%s" % q(command),
+        'OUT=%s/"$ID"' % q(output_root),
+        "DURABLE=%s" % q(durable_root),
+        "PY=%s" % q(python),
+        "LIB=%s" % q(lib_dir),
+        'ITEM_DIR="$JOB_DIR/items/$ID"',
+        'STATUS="$ITEM_DIR/status.json"',
+        "now() { date -u +%Y-%m-%dT%H:%M:%SZ; }",
+        "",
+        'mkdir -p "$ITEM_DIR" "$OUT" || { echo "==== trainer: item $ID cannot create $ITEM_DIR or $OUT ===="; '
+        'exit 1; }',
+        'rm -f "$STATUS"',
+        "STARTED=$(now)",
+        "printf '%s\\n' \"$STARTED\" > \"$ITEM_DIR/started\"",
+        "printf '==== trainer: item %s started %s: %s ====\\n' \"$ID\" \"$STARTED\" \"$ARG\"",
+        'export TRAINER_ITEM="$ID" TRAINER_ITEM_ARG="$ARG" TRAINER_OUTPUT_DIR="$OUT" TRAINER_RUN_ID=%s' % q(run_id),
+        "",
+        'SIG=""',
+        "trap 'SIG=143' TERM",
+        "trap 'SIG=130' INT",
+        "trap 'SIG=129' HUP",
+        '( cd "$CODE_DIR" && exec bash -c "$COMMAND $ARG" ) < /dev/null &',
+        "CHILD=$!",
+        "printf '%s\\n' \"$CHILD\" > \"$JOB_DIR/main.pid\"",
+        'wait "$CHILD"',
+        "RC=$?",
+        'while kill -0 "$CHILD" 2>/dev/null; do',
+        '    wait "$CHILD"',
+        "    RC=$?",
+        "done",
+        'rm -f "$JOB_DIR/main.pid"',
+        'if [ -n "$SIG" ]; then',
+        "    RC=$SIG",
+        "fi",
+        "",
+        'set -- --item "$ID" --arg "$ARG" --exit-code "$RC" --started "$STARTED" --output-dir "$OUT" '
+        '--status "$STATUS" \\',
+        '    --code "$JOB_DIR/code.json" --host %s' % q(host),
+        'if [ -z "$SIG" ] && [ -n "$DURABLE" ]; then',
+        '    set -- "$@" --sync-dest "$DURABLE/$ID"',
+    ]
+    lines += ['    set -- "$@" --best %s' % q(pattern) for pattern in _as_list(best)]
+    lines += ['    set -- "$@" --scratch %s' % q(pattern) for pattern in _as_list(scratch)]
+    lines += [
+        "fi",
+        "# The finish step writes the item's status (job_layout.write_status) before anything that can fail.",
+        'PYTHONPATH="$LIB" "$PY" -m %s finish "$@"' % LAUNCH_CLI,
+        "FIN=$?",
+        'if [ ! -s "$STATUS" ]; then',
+        '    echo "==== trainer: item $ID FAILED: the finish step exited $FIN and wrote no $STATUS ===="',
+        '    [ "$FIN" -eq 0 ] && FIN=1',
+        "fi",
+        'exit "$FIN"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler=False, sampler_interval=5):
+    """The queue runner of one host: runs its ``items`` ({item, arg} dicts) in order with the run wrapper,
+    skipping the items whose status says exit code 0. Exit 0 when every item is done, 1 otherwise, 128+N on
+    signal N. With ``sampler``, the sampler sidecar (module_utils/sampler.py) runs beside it."""
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Queue runner of job %s on %s, written by the remote_gpu.trainer launch role. Never" % (name, host),
+        "# edited in place: a changed queue or setting gets a new queue-<sha>.sh.",
+        "#",
+        "# Runs this host's items in order with the run wrapper, skipping every item whose items/<id>/status.json says",
+        "# exit code 0, so a relaunch resumes at the first unfinished item. A failed item does not stop the queue.",
+        "# Exit status: 0 when every item of this host is done, 1 otherwise, 128+N when stopped by signal N.",
+        "set -u",
+        "JOB_DIR=%s" % q(job_dir),
+        "RUN_ITEM=%s" % q(run_item_path),
+        "PY=%s" % q(python),
+        "LIB=%s" % q(lib_dir),
+        "IDS=(%s )" % "".join(" " + q(str(row["item"])) for row in items),
+        "ARGS=(%s )" % "".join(" " + q(str(row["arg"])) for row in items),
+        "",
+        'STOP=""',
+        "trap 'STOP=143' TERM",
+        "trap 'STOP=130' INT",
+        "trap 'STOP=129' HUP",
+    ]
+    if sampler:
+        lines += [
+            "",
+            "# Sampler sidecar: every %d s one line into samples.tsv (UTC time, item, the job cgroup's memory, the"
+            % int(sampler_interval),
+            "# running item's main PID and RSS, GPU utilisation and memory); it stops when this runner is gone.",
+            'PYTHONPATH="$LIB" "$PY" -m %s --job-dir "$JOB_DIR" --interval %d --runner-pid $$ &'
+            % (SAMPLER_CLI, int(sampler_interval)),
+            "SAMPLER=$!",
+            "trap 'kill \"$SAMPLER\" 2>/dev/null' EXIT",
+        ]
+    lines += [
+        "",
+        'echo "==== trainer: queue of %d item(s) on %s: ${IDS[*]} ===="' % (len(items), host),
+        "FAILED=0",
+        'for i in "${!IDS[@]}"; do',
+        '    [ -n "$STOP" ] && break',
+        "    ID=${IDS[$i]}",
+        '    if PYTHONPATH="$LIB" "$PY" -m %s done \\' % LAUNCH_CLI,
+        '            "$JOB_DIR/items/$ID/status.json"; then',
+        '        echo "==== trainer: item $ID already done, skipped ===="',
+        "        continue",
+        "    fi",
+        "    printf '%s\\n' \"$ID\" > \"$JOB_DIR/current.item\"",
+        '    bash "$RUN_ITEM" "$ID" "${ARGS[$i]}" &',
+        "    CHILD=$!",
+        '    wait "$CHILD"',
+        "    RC=$?",
+        '    while kill -0 "$CHILD" 2>/dev/null; do',
+        '        wait "$CHILD"',
+        "        RC=$?",
+        "    done",
+        '    rm -f "$JOB_DIR/current.item"',
+        '    if [ "$RC" -ne 0 ]; then',
+        "        FAILED=$((FAILED + 1))",
+        "    fi",
+        "done",
+        'if [ -n "$STOP" ]; then',
+        '    echo "==== trainer: queue stopped by signal, exit $STOP ===="',
+        '    exit "$STOP"',
+        "fi",
+        'echo "==== trainer: queue finished, $FAILED item(s) failed ===="',
+        '[ "$FAILED" -eq 0 ]',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def scripts(items, name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
+            lib_dir, sampler=False, sampler_interval=5):
+    """Both scripts of one host -> [{kind, path, text}] (run-item first); the queue names the run wrapper
+    by its versioned path."""
+    run_item = run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir,
+                             python, lib_dir)
+    run_item_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("run-item", run_item))
+    queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval)
+    queue_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("queue", queue))
+    return [{"kind": "run-item", "path": run_item_path, "text": run_item},
+            {"kind": "queue", "path": queue_path, "text": queue}]

@@ -1,0 +1,103 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: push_code
+short_description: Push a code directory from the controller to the box with resumable rsync, and record its commit
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Runs on the controller (an action plugin). Copies O(src) to O(dest) on the box with
+    C(rsync -a --partial --delete-after --itemize-changes) over the host's own SSH settings (port, key, user and
+    C(ansible_ssh_common_args), as Ansible uses them), leaving out O(exclude).
+  - With O(lib_dest), also copies the collection's O(lib_files) (stdlib-only C(module_utils) that jobs run on the
+    box) into O(lib_dest), in the same task.
+  - Reports changed only when rsync transferred or deleted something.
+  - Records the commit of O(src) and whether its work tree has uncommitted changes (C(git rev-parse HEAD),
+    C(git status --porcelain) on the controller); both are null when O(src) is not a git work tree.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes
+  - remote_gpu.trainer.attributes.platform
+attributes:
+  check_mode:
+    support: full
+    details: Runs rsync with C(--dry-run) and reports what would be transferred; transfers nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  src:
+    description: The code directory on the controller; its contents land in O(dest).
+    type: path
+    required: true
+  dest:
+    description: The directory on the box. Its parent must exist.
+    type: str
+    required: true
+  exclude:
+    description: rsync C(--exclude) patterns, also protected from C(--delete-after).
+    type: list
+    elements: str
+    default: [.git]
+  lib_dest:
+    description: Directory on the box for O(lib_files); empty pushes none.
+    type: str
+    default: ""
+  lib_files:
+    description: File names under the collection's C(plugins/module_utils) to copy into O(lib_dest).
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds allowed for each rsync; a timed-out push resumes on the next run (C(--partial)).
+    type: int
+    default: 3600
+notes:
+  - Needs C(rsync) on the controller and on the box.
+"""
+
+EXAMPLES = r"""
+- name: Push the code
+  remote_gpu.trainer.push_code:
+    src: "{{ playbook_dir }}/.."
+    dest: /root/autodl-tmp/code/train
+    exclude: [.git, data/]
+  register: push
+"""
+
+RETURN = r"""
+changes:
+  description: rsync's C(--itemize-changes) lines, one per file or directory transferred or deleted.
+  type: list
+  elements: str
+  returned: always
+  sample: [">f+++++++++ train.py", "*deleting   old.py"]
+commit:
+  description: The commit of O(src) (C(git rev-parse HEAD)); null when O(src) is not a git work tree.
+  type: str
+  returned: always
+  sample: 3f2a9c1d0b7e4c6f9a8b7c6d5e4f3a2b1c0d9e8f
+dirty:
+  description: Whether the work tree of O(src) has uncommitted changes; null when it is not a git work tree.
+  type: bool
+  returned: always
+  sample: false
+dest:
+  description: Where the code landed on the box.
+  type: str
+  returned: always
+  sample: /root/autodl-tmp/code/train
+msg:
+  description: What was done, in words.
+  type: str
+  returned: always
+  sample: pushed 3 change(s) to /root/autodl-tmp/code/train
+"""

@@ -1,0 +1,115 @@
+"""push_code's run() on the controller, over the local transport (rsync between two local directories)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from unittest.mock import MagicMock
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.action import push_code
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+
+
+def run_push(args, check_mode=False, transport="local", options=None):
+    # A mocked task, connection and play context, as Ansible's own unit tests of action plugins use.
+    connection = MagicMock()
+    connection.transport = transport
+    connection._shell.tmpdir = None  # pylint: disable=protected-access
+    connection.get_option.side_effect = dict(options or {}).get
+    task = MagicMock()
+    task.args = dict(args)
+    task.async_val = 0
+    task.check_mode = check_mode
+    task.action = "remote_gpu.trainer.push_code"
+    action = push_code.ActionModule(task=task, connection=connection, play_context=MagicMock(), loader=MagicMock(),
+                                    templar=MagicMock(), shared_loader_obj=None)
+    action._load_name = task.action  # pylint: disable=protected-access
+    return action.run(task_vars={"inventory_hostname": "box1"})
+
+
+@pytest.fixture
+def src(tmp_path):
+    root = tmp_path / "src"
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text("print(1)\n")
+    (root / "pkg" / "m.py").write_text("x = 1\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("not a real repository\n")
+    return root
+
+
+def test_push_transfers_then_reports_unchanged_and_deletes_after(src, tmp_path):
+    dest = tmp_path / "box" / "code"
+    (tmp_path / "box").mkdir()
+    first = run_push({"src": str(src), "dest": str(dest)})
+    assert first["changed"] is True and not first.get("failed"), first
+    assert (dest / "train.py").read_text() == "print(1)\n" and (dest / "pkg" / "m.py").exists()
+    assert not (dest / ".git").exists()  # the default exclude
+    assert any(line.endswith("train.py") for line in first["changes"])
+    again = run_push({"src": str(src), "dest": str(dest)})
+    assert again["changed"] is False and again["changes"] == [] and "up to date" in again["msg"]
+    (src / "pkg" / "m.py").unlink()
+    third = run_push({"src": str(src), "dest": str(dest)})
+    assert third["changed"] is True and not (dest / "pkg" / "m.py").exists()
+    assert any("deleting" in line for line in third["changes"])
+
+
+def test_check_mode_reports_and_transfers_nothing(src, tmp_path):
+    dest = tmp_path / "box" / "code"
+    dest.mkdir(parents=True)
+    result = run_push({"src": str(src), "dest": str(dest)}, check_mode=True)
+    assert result["changed"] is True and result["msg"].startswith("would push") and result["changes"]
+    assert os.listdir(str(dest)) == []
+    # a destination whose parent is missing: the dry run cannot compare, and still nothing is written
+    result = run_push({"src": str(src), "dest": str(tmp_path / "absent" / "code")}, check_mode=True)
+    assert result["changed"] is True and not result.get("failed") and "would push" in result["msg"]
+    assert not (tmp_path / "absent").exists()
+
+
+def test_the_helpers_go_to_lib_dest_only_those_named(src, tmp_path):
+    (tmp_path / "box" / "code").mkdir(parents=True)
+    lib = tmp_path / "box" / "lib"
+    lib.mkdir()
+    args = {"src": str(src), "dest": str(tmp_path / "box" / "code"), "lib_dest": str(lib),
+            "lib_files": ["launch.py", "atomic.py"]}
+    result = run_push(args)
+    assert sorted(os.listdir(str(lib))) == ["atomic.py", "launch.py"]
+    assert oct(os.stat(str(lib / "launch.py")).st_mode & 0o777) == "0o600"
+    (lib / "__pycache__").mkdir()  # Python writes beside the helpers; that is no change to push
+    again = run_push(args)
+    assert result["changed"] is True and again["changed"] is False, again["changes"]
+    bad = run_push(dict(args, lib_files=["nope.py"]))
+    assert bad["failed"] and "nope.py" in bad["msg"]
+
+
+def test_git_state_is_recorded(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (repo / "a").write_text("a")
+    assert push_code.git_state(str(repo)) == (None, True)  # no commit yet: the dirty state is still known
+    subprocess.run(git + ["add", "a"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert push_code.git_state(str(repo)) == (head, False)
+    (repo / "b").write_text("b")
+    assert push_code.git_state(str(repo)) == (head, True)
+    assert push_code.git_state(str(tmp_path)) == (None, None)
+
+
+def test_missing_src_fails_with_what_to_do(tmp_path):
+    result = run_push({"src": str(tmp_path / "absent"), "dest": "/x"})
+    assert result["failed"] and "launch_src" in result["msg"]
+
+
+def test_argv_uses_the_connections_ssh_settings_and_the_launch_flags():
+    target = rsync.Target(address="10.0.0.5", user="root", port=2222, private_key_file="/k", ssh_args=["-o", "A=b"])
+    argv = push_code.code_argv({"src": "/src/", "dest": "/data/code", "exclude": [".git", "data/"]}, target, False)
+    assert argv[:5] == ["rsync", "-a", "--partial", "--delete-after", "--itemize-changes"]
+    assert "--exclude=.git" in argv and "--exclude=data/" in argv and "--dry-run" not in argv
+    assert argv[argv.index("-e") + 1] == "ssh -o BatchMode=yes -p 2222 -i /k -o A=b"
+    assert argv[-3:] == ["--", "/src/", "root@10.0.0.5:/data/code/"]
+    assert "--dry-run" in push_code.code_argv({"src": "/s", "dest": "/d", "exclude": []}, target, True)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.remote_gpu.trainer.plugins.filter.launch import FilterModule
+from ansible_collections.remote_gpu.trainer.plugins.filter.queue_assign import queue_assign
+
+FILTERS = FilterModule().filters()
+ITEMS = [{"item": "000", "arg": "a"}, {"item": "002", "arg": "c"}]
+
+
+def test_queue_table_is_the_unit_tested_assignment_table():
+    table = FILTERS["queue_table"](queue_assign(["cfg/a.yaml", ""], ["lab-02", "lab-01"]))
+    assert table.split("\n") == ["ITEM  HOST    ARGUMENT", "000   lab-01  cfg/a.yaml", "001   lab-02  -"]
+    with pytest.raises(AnsibleFilterError, match="queue_assign"):
+        FILTERS["queue_table"]([{"item": "000"}])
+
+
+@pytest.mark.parametrize("kwargs, line", [
+    ({}, "all 2 item(s) done, not started"),
+    ({"probe": {"jobs": [{"alive": True, "pid": 42}]}}, "running (pid 42), left alone (items 000 002)"),
+    ({"probe": {"jobs": [{"alive": False, "pid": None}]}, "pending": ["002"],
+      "job": {"msg": "started train under tmux, pid 7"},
+      "code": {"stdout": json.dumps({"tree_sha256": "ab" * 32, "commit": None})}},
+     "started train under tmux, pid 7; pending items 002 (code abababababab, commit none)"),
+    ({"pending": ["000"], "job": {"msg": "started"}, "code": {"skipped": True}}, "started; pending items 000"),
+])
+def test_launch_report(kwargs, line):
+    assert FILTERS["launch_report"](ITEMS, "lab-01", **kwargs) == "lab-01: " + line
+
+
+def test_launch_report_without_items():
+    assert FILTERS["launch_report"]([], "lab-09", probe={"skipped": True}) == "lab-09: no items"
+
+
+def test_launch_scripts_filter_returns_both_scripts_and_reports_bad_settings():
+    settings = dict(name="train", host="h", command="bash t.sh", dest="/c", output_root="/o", durable_root="/d",
+                    run_id="r", best=["best*"], scratch="latest*", job_dir="/j/train", python="/py", lib_dir="/lib")
+    scripts = FILTERS["launch_scripts"](ITEMS, **settings)
+    assert [s["kind"] for s in scripts] == ["run-item", "queue"]
+    assert all(s["path"].startswith("/j/train/%s-" % s["kind"]) for s in scripts)
+    assert "--scratch latest*" in scripts[0]["text"].replace("'", "")  # a single pattern is a list of one
+    with pytest.raises(AnsibleFilterError, match="launch_scripts"):
+        FILTERS["launch_scripts"](ITEMS, name="train")

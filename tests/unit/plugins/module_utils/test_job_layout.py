@@ -1,0 +1,100 @@
+"""job_layout: the one owner of the job directory, its meta and status files, and liveness."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
+
+
+def test_write_status_is_atomic_json_and_creates_parents(tmp_path):
+    path = tmp_path / "job" / "items" / "007" / "status.json"
+    job_layout.write_status(str(path), job_layout.status_record(3, "t0", item="007", arg="a"))
+    data = json.loads(path.read_text())
+    assert data["item"] == "007" and data["exit_code"] == 3 and data["started"] == "t0" and data["arg"] == "a"
+    assert data["finished"].endswith("Z")
+    assert os.listdir(str(path.parent)) == ["status.json"]  # no temporary file left
+    job_layout.write_status(str(path), job_layout.status_record(0, "t1", item="007", finished="t2"))
+    assert job_layout.parse_status(path.read_text()) == {"item": "007", "exit_code": 0, "started": "t1",
+                                                         "finished": "t2"}
+
+
+def test_status_record_has_the_four_keys_and_the_extra_ones():
+    record = job_layout.status_record(1, "s", item="i", finished="f", sync_error="x")
+    assert record == {"item": "i", "exit_code": 1, "started": "s", "finished": "f", "sync_error": "x"}
+    assert job_layout.status_record(0, None)["item"] is None
+
+
+def test_is_done_needs_an_int_zero():
+    assert job_layout.is_done({"exit_code": 0})
+    assert not job_layout.is_done({"exit_code": False}) and not job_layout.is_done({"exit_code": "0"})
+    assert not job_layout.is_done(None) and not job_layout.is_done({})
+
+
+def test_read_record_and_meta(tmp_path):
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    assert job_layout.read_meta(paths) == {}
+    os.makedirs(paths["job_dir"])
+    job_layout.write_meta(paths, {"detach": "tmux"})
+    assert job_layout.read_meta(paths) == {"detach": "tmux"}
+    assert oct(os.stat(paths["meta_file"]).st_mode & 0o777) == "0o600"
+    (tmp_path / "list.json").write_text("[1]")
+    assert job_layout.read_record(str(tmp_path / "list.json")) is None
+    assert job_layout.read_record(str(tmp_path / "absent.json")) is None
+    assert job_layout.item_status_path("/j/items", "003") == "/j/items/003/status.json"
+
+
+def test_liveness_pid_with_starttime_else_tmux(tmp_path):
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"])
+    asked = []
+    assert job_layout.liveness(paths, lambda: asked.append(1) or True) == (None, True)
+    assert asked == [1]  # no PID file yet: the tmux session decides
+    with open("/proc/self/stat") as handle:
+        starttime = int(handle.read().rsplit(")", 1)[1].split()[19])
+    (tmp_path / "j" / "job.pid").write_text("%d\n" % os.getpid())
+    (tmp_path / "j" / "job.starttime").write_text("%d\n" % starttime)
+    assert job_layout.liveness(paths, lambda: False) == (os.getpid(), True)
+    (tmp_path / "j" / "job.starttime").write_text("%d\n" % (starttime + 1))  # a reused PID is not the job
+    assert job_layout.liveness(paths, lambda: True) == (None, False)
+
+
+def test_tmux_has_session_asks_for_the_exact_session():
+    calls = []
+    assert job_layout.tmux_has_session(lambda argv: calls.append(argv) or (0, "", ""), "/bin/tmux", "abl")
+    assert calls == [["/bin/tmux", "has-session", "-t", "=trainer-abl"]]
+    assert not job_layout.tmux_has_session(lambda argv: (1, "", ""), "/bin/tmux", "abl")
+    assert not job_layout.tmux_has_session(None, None, "abl")
+
+
+def test_cli_writes_the_job_status(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    path = tmp_path / "status.json"
+    proc = subprocess.run([sys.executable, "-m", job_layout.CLI_MODULE, "status", str(path), "--exit-code", "143",
+                           "--started", "t0"], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(path.read_text())
+    assert data["item"] is None and data["exit_code"] == 143 and data["started"] == "t0" and data["finished"]
+
+
+def _start_group(tmp_path, script):
+    proc = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"], exist_ok=True)
+    with open("/proc/%d/stat" % proc.pid) as handle:
+        starttime = handle.read().rsplit(")", 1)[1].split()[19]
+    (tmp_path / "j" / "job.starttime").write_text(starttime + "\n")
+    return proc, paths
+
+
+def test_stop_job_terms_the_group_then_kills_what_ignores_it(tmp_path):
+    proc, paths = _start_group(tmp_path, "sleep 60 & wait")
+    assert job_layout.stop_job(paths, proc.pid, timeout=5) is True
+    assert proc.wait(timeout=5) == -15
+    stubborn, paths = _start_group(tmp_path, "trap '' TERM; sleep 60 & wait; sleep 60")
+    time.sleep(0.2)  # let bash install its trap
+    assert job_layout.stop_job(paths, stubborn.pid, timeout=0.5, kill_wait=5) is True
+    assert stubborn.wait(timeout=5) == -9
