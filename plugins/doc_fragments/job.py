@@ -20,6 +20,6 @@ options:
     default: ~/.trainer/jobs
 notes:
   - On-box layout, shared by M(remote_gpu.trainer.detached_job) and M(remote_gpu.trainer.job_status)
-    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, status.json,
+    C(<run_dir>/<name>/{wrapper-<sha>.sh, job.pid, job.starttime, job.meta.json, job.log, lib/, status.json,
     items/<item>/status.json}).
 """

@@ -17,6 +17,7 @@ On-box layout (one directory per job; ``run_dir`` defaults to ``~/.trainer/jobs`
         job.pid              PID of the wrapper: the session and process-group leader of the job
         job.starttime        its start time, /proc/PID/stat field 22 (clock ticks since boot): defeats PID reuse
         job.meta.json        written at launch: detach method, wrapper, log path, launch time, cgroup oom_kill count
+        lib/                 this file and its imports, for the wrapper to write status.json with
         job.log              default log: stdout and stderr of the wrapper and the command, appended
         status.json          final status, written when the command ends:
                              {"item": null, "exit_code": 0, "started": "<iso>", "finished": "<iso>"}
@@ -49,7 +50,7 @@ META_FILE = "job.meta.json"
 STATUS_FILE = "status.json"
 LOG_FILE = "job.log"
 ITEMS_DIR = "items"
-LIB_DIR = ".lib"
+LIB_DIR = "lib"
 
 # What the job's scripts run to call this file on the box (with PYTHONPATH set to the lib directory).
 CLI_MODULE = "ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout"
@@ -69,6 +70,7 @@ def job_paths(run_dir, name, log_path=None):
         "meta_file": os.path.join(job_dir, META_FILE),
         "status_file": os.path.join(job_dir, STATUS_FILE),
         "items_dir": os.path.join(job_dir, ITEMS_DIR),
+        "lib_dir": os.path.join(job_dir, LIB_DIR),
         "log_path": log_path or os.path.join(job_dir, LOG_FILE),
     }
 

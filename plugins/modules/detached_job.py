@@ -273,7 +273,7 @@ def prepare(module, paths):
     ``<job dir>/lib``.
     """
     params = module.params
-    lib_dir = os.path.join(paths["job_dir"], "lib")
+    lib_dir = paths["lib_dir"]
     text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
                                     params["env"], python=sys.executable, lib_dir=lib_dir)
     wrapper = os.path.join(paths["job_dir"], job_wrapper.wrapper_name(text))
