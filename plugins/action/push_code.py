@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import os
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import argument_spec
+from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION as MODULE_DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
-SPEC = argument_spec(DOCUMENTATION)
 FLAGS = ["-a", "--partial", "--delete-after", "--itemize-changes"]
 # Directory times are left alone: Python writes __pycache__ into the lib directory, which must not count as a change.
 LIB_FLAGS = ["-a", "--partial", "--itemize-changes", "--omit-dir-times", "--chmod=D700,F600"]
@@ -54,13 +51,10 @@ def missing_lib_files(names):
             not os.path.isfile(os.path.join(MODULE_UTILS, name))]
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(SPEC)
+class ActionModule(DocumentedAction):
+    DOCUMENTATION = MODULE_DOCUMENTATION
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        _spec, args = self.validate_argument_spec(argument_spec=SPEC)
+    def act(self, result, args, task_vars):
         src = os.path.abspath(os.path.expanduser(args["src"]))
         args["src"] = src
         result.update(changed=False, changes=[], commit=None, dirty=None, dest=args["dest"])
