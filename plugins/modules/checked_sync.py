@@ -180,6 +180,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 
 # The plan, budget check, copy and verification live in module_utils/sync.py, shared with the run wrapper that
 # launch ships to the box (which calls sync_core.cli).
@@ -197,7 +198,7 @@ def build_module():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+    module.run_command_environ_update = dict(C_LOCALE)
     return module
 
 
