@@ -36,9 +36,9 @@ run_changelog() {
 }
 
 run_pytest() {
-  stage "pytest (unit, playbooks, lab)"
+  stage "pytest (unit, hostile inputs, playbooks, lab)"
   local rc=0
-  pytest -q tests/unit tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null) || rc=$?
+  pytest -q tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null) || rc=$?
   if [[ $rc -eq 5 ]]; then
     echo "pytest collected no tests: that is a failure" >&2
     return 1

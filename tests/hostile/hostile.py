@@ -1,0 +1,97 @@
+"""Harness of the hostile-input sweep (see conftest.py): run a module's main() or an action's run() under a
+deadline, classify the outcome, and assert the case's expectation."""
+
+from __future__ import annotations
+
+import json
+import signal
+import traceback
+
+from ansible.module_utils.testing import patch_module_args
+from ansible.plugins.action import ActionBase
+
+OUTCOMES = ("error", "refused", "ok")
+
+
+class Hang(Exception):
+    """The case ran past its timeout."""
+
+
+class Case(object):
+    """One hostile input.
+
+    ``target``: a module (its ``main()`` is run) or an action plugin class (its ``run()`` is run, through
+    ``tests/unit/plugins/action/controller_actions.py``). ``args``: the task's arguments, or a function of the test's
+    ``tmp_path`` that builds the hostile files and returns them. ``expect``: one of OUTCOMES. ``fragment``: what the
+    message must contain (for ``error``). ``check``: a function ``(result, tmp_path)`` asserting that nothing unsafe
+    happened (``refused``) or that the files are right (``ok``). ``timeout``: seconds before the case counts as a hang.
+    """
+
+    def __init__(self, name, target, args, expect, fragment=None, check=None, timeout=20, task_vars=None):
+        if expect not in OUTCOMES:
+            raise ValueError("expect must be one of %s" % (OUTCOMES,))
+        if expect == "error" and not fragment:
+            raise ValueError("an error case names the fragment its message must contain")
+        self.name, self.target, self.args, self.expect = name, target, args, expect
+        self.fragment, self.check, self.timeout, self.task_vars = fragment, check, timeout, task_vars
+
+    def __str__(self):
+        return self.name
+
+
+def _alarm(_signum, _frame):
+    raise Hang()
+
+
+def _run_module(module, args, capsys):
+    with patch_module_args(args):
+        try:
+            module.main()
+        except SystemExit:
+            pass
+    return json.loads(capsys.readouterr().out)
+
+
+def _run_action(action_class, args, task_vars):
+    # imported here: the harness of the unit tests of the actions is shared, not copied
+    from controller_actions import run_action  # pylint: disable=import-outside-toplevel,import-error
+    variables = dict(task_vars or {})
+    host = variables.pop("inventory_hostname", "box1")
+    return run_action(action_class, args, host=host, task_vars=variables)
+
+
+def execute(case, capsys, tmp_path):
+    """Run ``case`` -> (outcome, result): outcome is failed/ok, or ``traceback``/``hang`` with the details."""
+    args = case.args(tmp_path) if callable(case.args) else dict(case.args)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(case.timeout)
+    try:
+        if isinstance(case.target, type) and issubclass(case.target, ActionBase):
+            result = _run_action(case.target, args, case.task_vars)
+        else:
+            result = _run_module(case.target, args, capsys)
+    except Hang:
+        return "hang", {"msg": "no answer within %d s" % case.timeout}
+    except Exception:  # pylint: disable=broad-except
+        return "traceback", {"msg": traceback.format_exc()}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return ("failed" if result.get("failed") else "ok"), result
+
+
+def run_case(case, capsys, tmp_path):
+    outcome, result = execute(case, capsys, tmp_path)
+    assert outcome not in ("traceback", "hang"), "%s: %s\n%s" % (case, outcome, result.get("msg"))
+    if case.expect == "ok":
+        assert outcome == "ok", "%s: expected success, got: %s" % (case, result.get("msg"))
+    else:
+        assert outcome == "failed", "%s: expected a failure, got success: %s" % (case, result.get("msg"))
+        message = str(result.get("msg") or "")
+        assert message.strip(), "%s: failed without a message" % case
+        assert "Traceback" not in message, "%s: the message is a traceback: %s" % (case, message)
+        if case.fragment:
+            assert case.fragment in message, "%s: %r not in the message: %s" % (case, case.fragment, message)
+    if case.check:
+        case.check(result, tmp_path)
+    return result
