@@ -7,6 +7,7 @@ import json
 import signal
 import traceback
 
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.action import ActionBase
 
@@ -57,7 +58,11 @@ def _run_action(action_class, args, task_vars):
     from controller_actions import run_action  # pylint: disable=import-outside-toplevel,import-error
     variables = dict(task_vars or {})
     host = variables.pop("inventory_hostname", "box1")
-    return run_action(action_class, args, host=host, task_vars=variables)
+    try:
+        return run_action(action_class, args, host=host, task_vars=variables)
+    except AnsibleActionFail as exc:
+        # what Ansible's task executor makes of it: a failed task with the message, not a traceback
+        return dict(exc.result, failed=True, msg=exc.message)
 
 
 def execute(case, capsys, tmp_path):

@@ -48,3 +48,9 @@ def test_real_module_and_action(hostile, tmp_path):
     hostile(Case("teardown_gate without a verified pull refuses", TeardownGate,
                  lambda tmp: {"run_id": "r1", "pull_root": str(tmp), "approve": "box1"}, "refused",
                  check=lambda result, tmp: result["open"] is False))
+
+
+def test_an_action_failure_is_a_clear_error_not_a_traceback(hostile):
+    # ActionBase refuses an unknown option with AnsibleActionFail, which Ansible reports as a failed task
+    hostile(Case("teardown_gate with an unknown option", TeardownGate, {"run_id": "r1", "bogus": 1}, "error",
+                 fragment="bogus"))
