@@ -25,7 +25,7 @@ class Case(object):
     ``tests/unit/plugins/action/controller_actions.py``). ``args``: the task's arguments, or a function of the test's
     ``tmp_path`` that builds the hostile files and returns them. ``expect``: one of OUTCOMES. ``fragment``: what the
     message must contain (for ``error``). ``check``: a function ``(result, tmp_path)`` asserting that nothing unsafe
-    happened (``refused``) or that the files are right (``ok``). ``timeout``: seconds before the case counts as a hang.
+    happened (``refused``) or that the files are right (``ok``); it asserts, or returns False to fail the case. ``timeout``: seconds before the case counts as a hang.
     """
 
     def __init__(self, name, target, args, expect, fragment=None, check=None, timeout=20, task_vars=None):
@@ -98,5 +98,6 @@ def run_case(case, capsys, tmp_path):
         if case.fragment:
             assert case.fragment in message, "%s: %r not in the message: %s" % (case, case.fragment, message)
     if case.check:
-        case.check(result, tmp_path)
+        # a check asserts, or returns a truth value: False fails the case either way
+        assert case.check(result, tmp_path) is not False, "%s: its check failed: %s" % (case, result.get("msg"))
     return result
