@@ -25,8 +25,8 @@ description:
     reported as C(NO_RESULT) instead of being dropped silently.
   - Fails when a host is C(FAIL), C(UNREACHABLE) or C(NO_RESULT), and also on C(WARN) with O(strict).
   - A registered result may hold anything. Findings or jobs that are not mappings (or a C(findings) that is not a
-    list) make the C(FAIL) finding C(malformed_result): that host cannot be judged. Progress values, counters and
-    percentages that are not numbers are shown as unknown (C(?) or C(-)) and are left out of the Prometheus
+    list) make the C(FAIL) finding C(malformed_result), since that host cannot be judged. Progress values, counters
+    and percentages that are not numbers are shown as unknown (C(?) or C(-)) and are left out of the Prometheus
     textfile.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix

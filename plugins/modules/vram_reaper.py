@@ -89,7 +89,8 @@ options:
     description:
       - Glob of the device paths to look for in C(/proc/*/fd). An absolute pattern; an empty one is refused.
       - It only narrows the search. An open file counts only when it is a character device of NVIDIA's driver (see
-        the notes): a regular file, a FIFO, C(/dev/null) or a tty never makes a process a holder, whatever the glob.
+        the notes), so a regular file, a FIFO, C(/dev/null) or a tty never makes a process a holder, whatever the
+        glob.
     type: str
     default: /dev/nvidia*
   timeout:
