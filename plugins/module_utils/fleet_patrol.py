@@ -148,7 +148,8 @@ def patrol_row(host, record, strict=False, tail_lines=3):
         findings = [fleet_table.probe_failure(probe, "patrol", probe="job_status", timeout_hint="patrol_host_timeout",
                                               interpreter=record.get("interpreter"), platform=record.get("platform"))]
     else:
-        findings, problem = fleet_table.mappings(probe.get("findings"), "job_status", "findings", fleet_table.is_finding)
+        findings, problem = fleet_table.mappings(probe.get("findings"), "job_status", "findings",
+                                                 fleet_table.is_finding)
         findings += [problem] if problem else []
     jobs, problem = fleet_table.mappings(probe.get("jobs"), "job_status", "jobs")
     findings += [problem] if problem else []
