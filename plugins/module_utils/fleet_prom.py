@@ -7,6 +7,8 @@ metric a gauge; pure functions, controller side)."""
 
 from __future__ import annotations
 
+import math
+
 PROM_VERDICTS = ("PASS", "WARN", "FAIL", "UNREACHABLE", "NO_RESULT")
 
 PROM_METRICS = (
@@ -39,10 +41,9 @@ def _sample(name, labels, value):
 
 def _number(value):
     """A real number (not a bool, not NaN or infinite), else None: a sample of anything else is left out."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return value
+    return value if math.isfinite(value) else None
 
 
 def _dicts(value):
