@@ -53,6 +53,13 @@ def targeted_hosts(hosts, task_vars):
     return sorted(hosts if hosts is not None else task_vars.get("ansible_play_hosts_all") or [])
 
 
+def unknown_hosts(hosts, hostvars):
+    """The names in ``hosts`` that the inventory does not hold (``hostvars`` has every inventory host)."""
+    if hosts is None:
+        return []
+    return [host for host in hosts if not host or host not in hostvars]
+
+
 def _host_var(host_vars, name):
     try:
         return host_vars.get(name) if host_vars else None
@@ -108,9 +115,22 @@ def write_file(path, text, what):
 class ActionModule(DocumentedAction):
     DOCUMENTATION = MODULE_DOCUMENTATION
 
+    def run(self, tmp=None, task_vars=None):
+        """Every refusal (bad arguments, unknown hosts, an unwritable path) is a failed result with its message,
+        as the other controller actions return theirs."""
+        try:
+            return super().run(tmp, task_vars)
+        except AnsibleActionFail as exc:
+            return dict(exc.result_contribution, changed=False)
+
     def act(self, result, args, task_vars):
         check_args(args)
-        rows = build_rows(args, targeted_hosts(args["hosts"], task_vars), task_vars.get("hostvars", {}))
+        hostvars = task_vars.get("hostvars") or {}
+        unknown = unknown_hosts(args["hosts"], hostvars)
+        if unknown:
+            raise AnsibleActionFail("hosts names %s, not in the inventory: fix the name(s) in hosts, or omit hosts to "
+                                    "report every host of the play" % ", ".join(repr(host) for host in unknown))
+        rows = build_rows(args, targeted_hosts(args["hosts"], task_vars), hostvars)
         table = fleet_table.render_table(rows, COLUMNS_BY_KIND[args["kind"]])
         counts = fleet_table.summary(rows)
         failing = fleet_table.failing_hosts(rows, strict=args["strict"])

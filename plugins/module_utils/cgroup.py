@@ -56,11 +56,14 @@ def cgroup_v2_path(proc_self_cgroup):
 
 
 def parse_limit(text):
-    """'max' (v2) or a huge v1 sentinel means no limit -> None; otherwise an int."""
+    """'max' (v2) or a huge v1 sentinel means no limit -> None; otherwise an int. ValueError when it is neither
+    (a malformed file)."""
     value = (text or "").strip()
     if value in ("", "max"):
         return None
     number = int(value)
+    if number < 0:
+        raise ValueError("a negative limit")
     return None if number >= 2 ** 60 else number
 
 
@@ -85,16 +88,26 @@ def parse_cpu_max(text):
     parts = (text or "").split()
     if not parts or parts[0] == "max":
         return None
-    period = int(parts[1]) if len(parts) > 1 else 100000
-    return int(parts[0]) / period
+    if len(parts) > 2:
+        raise ValueError("more than 'quota period'")
+    return _quota(parts[0], parts[1] if len(parts) > 1 else "100000")
+
+
+def _quota(quota_text, period_text):
+    """quota / period in CPUs; ValueError when either is not a number or the period is not positive."""
+    quota, period = int(quota_text), int(period_text)
+    if period <= 0:
+        raise ValueError("a period of %d" % period)
+    if quota <= 0:
+        raise ValueError("a quota of %d" % quota)
+    return quota / period
 
 
 def cpu_quota_v1(quota_us, period_us):
-    """cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us; -1 means unlimited."""
-    quota = int(quota_us.strip())
-    if quota <= 0:
+    """cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us; -1 means unlimited. ValueError when malformed."""
+    if int(quota_us.strip()) == -1:
         return None
-    return quota / int(period_us.strip())
+    return _quota(quota_us.strip(), period_us.strip())
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,28 +205,43 @@ def _smallest(values):
     return min(values) if values else None
 
 
-def limits(root=ROOT, proc=PROC):
+def _checked(path, parser, malformed, default="max"):
+    """parser(text of ``path``), or None (and ``path: text`` added to ``malformed``) when the file holds garbage."""
+    text = read_text(path)
+    try:
+        return parser(text or default)
+    except (ValueError, ZeroDivisionError) as exc:
+        malformed.append("%s holds %r (%s)" % (path, (text or "").strip()[:40], exc))
+        return None
+
+
+def limits(root=ROOT, proc=PROC, malformed=None):
     """Memory and CPU limits of this process's cgroup -> {version, memory_max, memory_current, oom_kills,
-    cpu_quota}; every value None when it cannot be read."""
+    cpu_quota}; every value None when it cannot be read.
+
+    A limit file that holds garbage (``memory.max`` of ``banana``, ``cpu.max`` with a period of 0) counts as
+    unknown (None), never raises, and is described in the list ``malformed`` when one is given."""
+    malformed = [] if malformed is None else malformed
     info = {"version": None, "memory_max": None, "memory_current": None, "oom_kills": None, "cpu_quota": None}
     dirs = v2_dirs(root, proc)
     if dirs:
         leaf = dirs[0]
         info.update(
             version=2,
-            memory_max=_smallest(parse_limit(read_text(os.path.join(d, "memory.max")) or "max") for d in dirs),
+            memory_max=_smallest(_checked(os.path.join(d, "memory.max"), parse_limit, malformed) for d in dirs),
             memory_current=parse_int(read_text(os.path.join(leaf, "memory.current"))),
             oom_kills=parse_keyed(read_text(os.path.join(leaf, "memory.events"))).get("oom_kill"),
-            cpu_quota=_smallest(parse_cpu_max(read_text(os.path.join(d, "cpu.max")) or "max") for d in dirs))
+            cpu_quota=_smallest(_checked(os.path.join(d, "cpu.max"), parse_cpu_max, malformed) for d in dirs))
     elif os.path.isdir(os.path.join(root, "memory")):
         memory = os.path.join(root, "memory")
         info.update(
             version=1,
-            memory_max=parse_limit(read_text(os.path.join(memory, "memory.limit_in_bytes")) or "max"),
+            memory_max=_checked(os.path.join(memory, "memory.limit_in_bytes"), parse_limit, malformed),
             memory_current=parse_int(read_text(os.path.join(memory, "memory.usage_in_bytes"))),
             oom_kills=parse_keyed(read_text(os.path.join(memory, "memory.oom_control"))).get("oom_kill"))
-        quota = read_text(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+        quota_path = os.path.join(root, "cpu", "cpu.cfs_quota_us")
+        quota = read_text(quota_path)
         period = read_text(os.path.join(root, "cpu", "cpu.cfs_period_us"))
         if quota and period:
-            info["cpu_quota"] = cpu_quota_v1(quota, period)
+            info["cpu_quota"] = _checked(quota_path, lambda text: cpu_quota_v1(text, period), malformed)
     return info

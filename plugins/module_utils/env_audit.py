@@ -49,6 +49,25 @@ def memory_findings(memory_max, memory_current, oom_kills, near_pct=90):
     return found
 
 
+def cgroup_findings(root, version, root_is_dir, malformed):
+    """Say what the cgroup audit could not do (pure): INFO ``cgroup_not_audited`` when no cgroup hierarchy was
+    found at ``root``, WARN ``cgroup_malformed`` for limit files that hold garbage (``malformed``: descriptions)."""
+    found = []
+    if version is None:
+        where = "%s is not a directory" % root if not root_is_dir else "%s holds no cgroup v1 or v2 hierarchy" % root
+        found.append(finding(
+            "INFO", "cgroup_not_audited",
+            "memory and CPU limits were not audited: %s" % where,
+            "Set cgroup_root to the cgroup mount point of the box (usually /sys/fs/cgroup) to audit them."))
+    if malformed:
+        found.append(finding(
+            "WARN", "cgroup_malformed",
+            "cgroup limit file(s) could not be parsed, so those limits were not audited: %s" % "; ".join(malformed),
+            "Read the files on the box; a container runtime that writes garbage there may limit the job in "
+            "ways this audit cannot see."))
+    return found
+
+
 def cpu_findings(quota_cpus, host_cpus, affinity_cpus):
     """Warn when torch/OpenMP would size thread pools to the host's cores instead of the quota."""
     limits = [c for c in (quota_cpus, affinity_cpus) if c]

@@ -37,20 +37,28 @@ def _job_state(job):
         return "MISSING"
     if job.get("alive"):
         return "ALIVE"
-    total, done = job.get("items_total") or 0, job.get("items_done") or 0
+    total, done = fleet_table.integer(job.get("items_total")) or 0, fleet_table.integer(job.get("items_done")) or 0
     if job.get("last_exit_code") == 0 and not (total and done < total):
         return "DONE"
     return "GONE"
 
 
 def _progress_text(progress):
+    """``epoch 12/100``; the raw text (or ``?``) when the value is not a number; None without progress."""
     if not progress:
         return None
-    if progress.get("value") is None:
-        return progress.get("text")
-    text = "%s %d" % (progress.get("unit") or "progress", progress["value"])
-    if progress.get("total") is not None:
-        text += "/%d" % progress["total"]
+    if not isinstance(progress, dict):
+        return "progress ?"
+    value = fleet_table.integer(progress.get("value"))
+    if value is None:
+        text = progress.get("text")
+        if progress.get("value") is None:
+            return text if text is None else str(text)
+        return "%s ?%s" % (progress.get("unit") or "progress", " (%s)" % fleet_table.clip(text, 40) if text else "")
+    text = "%s %d" % (progress.get("unit") or "progress", value)
+    total = fleet_table.integer(progress.get("total"))
+    if total is not None:
+        text += "/%d" % total
     return text
 
 
@@ -61,48 +69,53 @@ def job_line(job, stale_codes=(), tail_lines=3, width=160):
     words = [job.get("name") or "?", state]
     if state == "MISSING":
         return " ".join(words + ["(no job directory)"])
-    total, done = job.get("items_total") or 0, job.get("items_done") or 0
+    total, done = fleet_table.integer(job.get("items_total")) or 0, fleet_table.integer(job.get("items_done")) or 0
     if total:
         words.append("items %d/%d" % (done, total))
     elif done:
         words.append("items %d" % done)
-    if job.get("items_failed"):
+    if fleet_table.integer(job.get("items_failed")):
         words.append("(%d failed)" % job["items_failed"])
     progress = _progress_text(job.get("progress"))
     if progress:
         words.append(progress)
     if state in ("GONE", "DONE"):
-        code = job.get("last_exit_code")
+        code = fleet_table.integer(job.get("last_exit_code"))
         words.append("exit %d" % code if code is not None else "no exit status")
         if state == "GONE" and job.get("vanished_reason"):
             words.append("(%s)" % job["vanished_reason"])
-    age = job.get("log_age_seconds")
+    age = fleet_table.integer(job.get("log_age_seconds"))
     if age is not None:
         words.append("log %dm%s" % (age // 60, " STALE" if job.get("name") in stale_codes else ""))
     elif job.get("log_exists") is False:
         words.append("no log")
-    if job.get("oom_kills_since_launch"):
+    if fleet_table.integer(job.get("oom_kills_since_launch")):
         words.append("oom_kill +%d" % job["oom_kills_since_launch"])
-    if job.get("crash_marker_count"):
-        first = (job.get("crash_markers") or [{}])[0]
-        words.append("crash %s x%d (line %s)" % (first.get("kind"), job["crash_marker_count"], first.get("line_no")))
+    crashes = fleet_table.integer(job.get("crash_marker_count"))
+    if crashes:
+        markers = job.get("crash_markers")
+        first = markers[0] if isinstance(markers, list) and markers and isinstance(markers[0], dict) else {}
+        words.append("crash %s x%d (line %s)" % (first.get("kind"), crashes, first.get("line_no")))
     line = " ".join(words)
-    if (state == "GONE" or job.get("crash_marker_count")) and tail_lines:
-        tail = [fleet_table.clip(text, width) for text in (job.get("tail") or [])[-tail_lines:] if text.strip()]
+    if (state == "GONE" or crashes) and tail_lines:
+        lines = job.get("tail") if isinstance(job.get("tail"), list) else []
+        tail = [fleet_table.clip(text, width) for text in lines[-tail_lines:] if str(text).strip()]
         line += ": last lines: " + (" | ".join(tail) if tail else "(log empty)")
     return line
 
 
 def _gpu_text(gpus):
+    gpus = [gpu for gpu in gpus if isinstance(gpu, dict)] if isinstance(gpus, list) else []
     if not gpus:
         return "-"
-    utils = [g.get("utilization_pct") for g in gpus]
-    used = sum(g.get("memory_used_mib") or 0 for g in gpus)
-    total = sum(g.get("memory_total_mib") or 0 for g in gpus)
+    utils = [fleet_table.integer(g.get("utilization_pct")) for g in gpus]
+    used = sum(fleet_table.integer(g.get("memory_used_mib")) or 0 for g in gpus)
+    total = sum(fleet_table.integer(g.get("memory_total_mib")) or 0 for g in gpus)
     return "%s %d/%dMiB" % (",".join("-" if u is None else "%d%%" % u for u in utils), used, total)
 
 
 def _pct(value):
+    value = fleet_table.integer(value)
     return "-" if value is None else "%d%%" % value
 
 
@@ -135,7 +148,11 @@ def patrol_row(host, record, strict=False, tail_lines=3):
         findings = [fleet_table.probe_failure(probe, "patrol", probe="job_status", timeout_hint="patrol_host_timeout",
                                               interpreter=record.get("interpreter"), platform=record.get("platform"))]
     else:
-        findings = list(probe.get("findings") or [])
+        findings, problem = fleet_table.mappings(probe.get("findings"), "job_status", "findings",
+                                                 fleet_table.is_finding)
+        findings += [problem] if problem else []
+    jobs, problem = fleet_table.mappings(probe.get("jobs"), "job_status", "jobs")
+    findings += [problem] if problem else []
     order = {code: i for i, code in enumerate(PATROL_PRIORITY)}
     findings = sort_findings(findings, lambda f: order.get(f.get("code"), len(order)))
 
@@ -154,7 +171,6 @@ def patrol_row(host, record, strict=False, tail_lines=3):
         (f for f in findings if rank(f.get("level")) > 0), None)
     data = fleet_table.usage_of(probe, record.get("data_dir"))
     durable = fleet_table.usage_of(probe, record.get("durable_dir"))
-    jobs = probe.get("jobs") or []
     stale = [f.get("job") for f in findings if f.get("code") == "log_stale"]
     parts = [job_line(job, stale, tail_lines) for job in jobs]
     tiers = "data %s/%s" % (_pct(data.get("bytes_pct")), _pct(data.get("inodes_pct")))
@@ -174,15 +190,15 @@ def patrol_row(host, record, strict=False, tail_lines=3):
         "platform": platform,
         "verdict": verdict,
         "jobs_summary": ", ".join("%s %s" % (j.get("name"), _job_state(j)) + (
-            " %d/%d" % (j.get("items_done") or 0, j["items_total"]) if j.get("items_total") else "")
-            for j in jobs) or "-",
+            " %d/%d" % (fleet_table.integer(j.get("items_done")) or 0, fleet_table.integer(j["items_total"]))
+            if fleet_table.integer(j.get("items_total")) else "") for j in jobs) or "-",
         "progress": ", ".join(_progress_text(j.get("progress")) or "-" for j in jobs) or "-",
         "data_bytes_pct": data.get("bytes_pct"),
         "data_inodes_pct": data.get("inodes_pct"),
         "durable_bytes_pct": durable.get("bytes_pct"),
         "durable_inodes_pct": durable.get("inodes_pct"),
         "gpu": gpu,
-        "top_finding": ("%s: %s" % (top["code"], top["message"])) if top else "-",
+        "top_finding": ("%s: %s" % (top.get("code"), top.get("message"))) if top else "-",
         "reasons": reasons,
         "findings": findings,
         "jobs": [dict(job, state=_job_state(job)) for job in jobs],

@@ -32,7 +32,9 @@ FINDINGS_ORDER = ("gpu", "storage", "env")
 def gpu_summary(gpus):
     """'8x NVIDIA H100 80GB HBM3' (several models joined with ' + '); '-' when none."""
     counts = {}
-    for gpu in gpus or []:
+    for gpu in gpus if isinstance(gpus, list) else []:
+        if not isinstance(gpu, dict):
+            continue
         name = gpu.get("name") or "unknown GPU"
         counts[name] = counts.get(name, 0) + 1
     return " + ".join("%dx %s" % (n, name) for name, n in counts.items()) or "-"
@@ -70,7 +72,7 @@ def _row(host, record, findings):
         "data_bytes_pct": data.get("bytes_pct"),
         "data_inodes_pct": data.get("inodes_pct"),
         "durable_inodes_pct": durable.get("inodes_pct"),
-        "top_finding": ("%s: %s" % (top["code"], top["message"])) if top else "-",
+        "top_finding": ("%s: %s" % (top.get("code"), top.get("message"))) if top else "-",
         "findings": findings,
     }
 
@@ -88,5 +90,7 @@ def preflight_row(host, record):
         return problem
     findings = []
     for probe in FINDINGS_ORDER:
-        findings += record[probe].get("findings") or []
+        good, problem = fleet_table.mappings(record[probe].get("findings"), PROBE_MODULES[probe], "findings",
+                                             fleet_table.is_finding)
+        findings += good + ([problem] if problem else [])
     return _row(host, record, findings)

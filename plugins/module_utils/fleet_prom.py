@@ -7,6 +7,8 @@ metric a gauge; pure functions, controller side)."""
 
 from __future__ import annotations
 
+import math
+
 PROM_VERDICTS = ("PASS", "WARN", "FAIL", "UNREACHABLE", "NO_RESULT")
 
 PROM_METRICS = (
@@ -37,44 +39,57 @@ def _sample(name, labels, value):
     return "%s{%s} %s" % (name, inner, repr(float(value)) if isinstance(value, float) else int(value))
 
 
+def _number(value):
+    """A real number (not a bool, not NaN or infinite), else None: a sample of anything else is left out."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _dicts(value):
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def prometheus_text(rows, now):
-    """Exposition-format text (every metric a gauge, HELP and TYPE once per family) for patrol rows."""
+    """Exposition-format text (every metric a gauge, HELP and TYPE once per family) for patrol rows.
+
+    A value that is not a number (a malformed result) is left out rather than written as a broken sample."""
     samples = {name: [] for name, _help in PROM_METRICS}
+
+    def add(name, labels, value):
+        value = _number(value)
+        if value is not None:
+            samples[name].append((labels, value))
+
     for row in rows:
         host = ("host", row["host"])
         for verdict in PROM_VERDICTS:
-            samples["trainer_patrol_verdict"].append(
-                ((host, ("verdict", verdict)), 1 if row["verdict"] == verdict else 0))
-        samples["trainer_patrol_timestamp_seconds"].append(((host,), int(now)))
-        for job in row.get("jobs") or []:
+            add("trainer_patrol_verdict", (host, ("verdict", verdict)), 1 if row["verdict"] == verdict else 0)
+        add("trainer_patrol_timestamp_seconds", (host,), int(now))
+        for job in _dicts(row.get("jobs")):
             labels = (host, ("job", job.get("name")))
-            samples["trainer_job_alive"].append((labels, 1 if job.get("alive") else 0))
-            samples["trainer_job_items_done"].append((labels, job.get("items_done") or 0))
-            samples["trainer_job_items_failed"].append((labels, job.get("items_failed") or 0))
-            samples["trainer_job_items_total"].append((labels, job.get("items_total") or 0))
-            samples["trainer_job_crash_markers"].append((labels, job.get("crash_marker_count") or 0))
-            progress = job.get("progress") or {}
+            add("trainer_job_alive", labels, 1 if job.get("alive") else 0)
+            add("trainer_job_items_done", labels, job.get("items_done") or 0)
+            add("trainer_job_items_failed", labels, job.get("items_failed") or 0)
+            add("trainer_job_items_total", labels, job.get("items_total") or 0)
+            add("trainer_job_crash_markers", labels, job.get("crash_marker_count") or 0)
+            progress = job.get("progress") if isinstance(job.get("progress"), dict) else {}
             if progress.get("value") is not None:
-                samples["trainer_job_progress"].append(
-                    (labels + (("unit", progress.get("unit") or "progress"),), progress["value"]))
-            if job.get("log_age_seconds") is not None:
-                samples["trainer_job_log_age_seconds"].append((labels, job["log_age_seconds"]))
-            if job.get("last_exit_code") is not None:
-                samples["trainer_job_last_exit_code"].append((labels, job["last_exit_code"]))
+                add("trainer_job_progress", labels + (("unit", progress.get("unit") or "progress"),),
+                    progress["value"])
+            add("trainer_job_log_age_seconds", labels, job.get("log_age_seconds"))
+            add("trainer_job_last_exit_code", labels, job.get("last_exit_code"))
         for tier, prefix in (("data", "data"), ("durable", "durable")):
             for metric, key in (("trainer_disk_bytes_pct", "bytes_pct"), ("trainer_disk_inodes_pct", "inodes_pct")):
-                value = row.get("%s_%s" % (prefix, key))
-                if value is not None:
-                    samples[metric].append(((host, ("tier", tier)), value))
-        for gpu in row.get("gpus") if isinstance(row.get("gpus"), list) else []:
+                add(metric, (host, ("tier", tier)), row.get("%s_%s" % (prefix, key)))
+        for gpu in _dicts(row.get("gpus")):
             labels = (host, ("gpu", gpu.get("index")))
-            if gpu.get("utilization_pct") is not None:
-                samples["trainer_gpu_utilization_pct"].append((labels, gpu["utilization_pct"]))
-            if gpu.get("memory_used_mib") is not None:
-                samples["trainer_gpu_memory_used_mib"].append((labels, gpu["memory_used_mib"]))
-        counters = (row.get("oom_kills") or {}).get("counters") or {}
+            add("trainer_gpu_utilization_pct", labels, gpu.get("utilization_pct"))
+            add("trainer_gpu_memory_used_mib", labels, gpu.get("memory_used_mib"))
+        oom = row.get("oom_kills") if isinstance(row.get("oom_kills"), dict) else {}
+        counters = oom.get("counters") if isinstance(oom.get("counters"), dict) else {}
         if isinstance(counters.get("oom_kill"), int):
-            samples["trainer_cgroup_oom_kills"].append(((host,), counters["oom_kill"]))
+            add("trainer_cgroup_oom_kills", (host,), counters["oom_kill"])
     lines = []
     for name, text in PROM_METRICS:
         if not samples[name]:

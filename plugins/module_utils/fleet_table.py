@@ -7,6 +7,8 @@ answer, the probe-failure classification, the fixed-width table, the verdict cou
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 
 # Verdicts that make the run exit non-zero; WARN joins them in strict mode.
@@ -58,11 +60,56 @@ def probe_failure(result, run, probe="the probe", interpreter=None, platform=Non
 
 
 def usage_of(result, path):
-    """The entry of ``path`` in the ``paths`` of an inode_check or job_status result ({} when absent)."""
-    for usage in (result or {}).get("paths", []):
-        if usage.get("path") == path:
-            return usage
+    """The entry of ``path`` in the ``paths`` of an inode_check or job_status result ({} when absent or malformed)."""
+    paths = (result or {}).get("paths")
+    for usage in paths if isinstance(paths, list) else []:
+        if isinstance(usage, dict) and usage.get("path") == path:
+            return dict((key, number(value) if key.endswith("_pct") else value) for key, value in usage.items())
     return {}
+
+
+def number(value):
+    """``value`` when it is a real number (an int, or a finite float; not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def integer(value):
+    """number() as an int (truncated), or None."""
+    value = number(value)
+    return None if value is None else int(value)
+
+
+def is_finding(item):
+    """A finding a row can use: a mapping whose level, when present, is text."""
+    return isinstance(item, dict) and isinstance(item.get("level", ""), str)
+
+
+def malformed_result(probe, what):
+    """The FAIL finding of a probe result that the table cannot read: the host cannot be judged."""
+    return finding("FAIL", "malformed_result", "the result of %s is malformed: %s" % (probe, clip(what, 200)),
+                   "Check that result_vars names the variable registered by the %s task (and that nothing else "
+                   "overwrites it); this host cannot be judged until it does." % probe)
+
+
+def mappings(items, probe, key, valid=None):
+    """The usable entries of the list ``items`` (``key`` of a ``probe`` result) -> (entries, malformed_result
+    finding or None). None and [] are empty; anything but a list, and entries that are not mappings (or fail
+    ``valid``), make the finding."""
+    valid = valid or (lambda item: isinstance(item, dict))
+    if items is None:
+        return [], None
+    if not isinstance(items, list):
+        return [], malformed_result(probe, "%s is %s, not a list: %r" % (key, type(items).__name__, items))
+    good = [item for item in items if valid(item)]
+    bad = [item for item in items if not valid(item)]
+    if not bad:
+        return good, None
+    return good, malformed_result(probe, "%d of its %s are not mappings: %s" % (
+        len(bad), key, ", ".join(repr(item) for item in bad[:3])))
 
 
 def clip(text, width):

@@ -232,9 +232,12 @@ def fd_targets(pid, proc=PROC):
     return targets
 
 
-def holders(pattern, proc=PROC):
+def holders(pattern, proc=PROC, accept=None):
     """{pid: [paths]} of the processes that have a path matching ``pattern`` open, and the PIDs whose fds could
-    not be read (so the caller can say the scan was partial). Replaces ``fuser``/``lsof``."""
+    not be read (so the caller can say the scan was partial). Replaces ``fuser``/``lsof``.
+
+    ``accept(path, stat_result)``, when given, must also say yes to each open file: it gets ``os.stat()`` of the
+    descriptor itself (``/proc/PID/fd/N``, the open file, not whatever the path names now)."""
     found, unreadable = {}, []
     for pid in list_pids(proc):
         fd_dir = os.path.join(proc, str(pid), "fd")
@@ -242,7 +245,35 @@ def holders(pattern, proc=PROC):
             if os.path.isdir(fd_dir):
                 unreadable.append(pid)
             continue
-        devices = match_targets(fd_targets(pid, proc), pattern)
+        if accept is None:
+            devices = match_targets(fd_targets(pid, proc), pattern)
+        else:
+            devices = sorted({target for name, target in fd_entries(pid, proc)
+                              if fnmatch.fnmatchcase(target, pattern) and _accepted(accept, fd_dir, name, target)})
         if devices:
             found[pid] = devices
     return found, unreadable
+
+
+def fd_entries(pid, proc=PROC):
+    """[(fd name, readlink target)] of PID's open file descriptors; empty when they cannot be read."""
+    fd_dir = os.path.join(proc, str(pid), "fd")
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return []
+    entries = []
+    for name in names:
+        try:
+            entries.append((name, os.readlink(os.path.join(fd_dir, name))))
+        except OSError:
+            continue
+    return entries
+
+
+def _accepted(accept, fd_dir, name, target):
+    try:
+        info = os.stat(os.path.join(fd_dir, name))
+    except OSError:
+        return False  # closed meanwhile
+    return bool(accept(target, info))

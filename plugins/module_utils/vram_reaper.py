@@ -8,15 +8,64 @@ candidates. Pure apart from ``container_hints``. Standard library only, Python 3
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import stat
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.cgroup import read_text
 
 PROC = "/proc"
+PROC_DEVICES = "/proc/devices"
+# The names of the device nodes NVIDIA's driver creates (nvidia0..N, nvidiactl, nvidia-uvm, nvidia-caps/...).
+NVIDIA_NODES = "/dev/nvidia*"
 
 # Processes that hold /dev/nvidia* by design and are never compute apps: never reap them by default.
 DEFAULT_EXCLUDE_COMMANDS = ["nvidia-persistenced", "nv-hostengine", "nvidia-smi", "dcgm-exporter", "Xorg", "Xwayland",
                             "gnome-shell"]
+
+
+def parse_nvidia_majors(text):
+    """The character-device major numbers that NVIDIA's driver registered, from ``/proc/devices`` text (pure).
+
+    Every name of the driver starts with ``nvidia``: ``nvidia``, ``nvidia-frontend``, ``nvidia-uvm``,
+    ``nvidia-caps``, ``nvidia-nvlink``, ``nvidia-nvswitch``, ... Block devices are ignored."""
+    majors, section = set(), None
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line.endswith(":"):
+            section = line[:-1].strip().lower()
+            continue
+        parts = line.split(None, 1)
+        if section == "character devices" and len(parts) == 2 and parts[0].isdigit() and \
+                parts[1].startswith("nvidia"):
+            majors.add(int(parts[0]))
+    return majors
+
+
+def nvidia_majors(path=None):
+    """parse_nvidia_majors() of /proc/devices (an empty set when no NVIDIA driver is loaded or it is unreadable)."""
+    return parse_nvidia_majors(read_text(path or PROC_DEVICES))
+
+
+def is_gpu_device(path, mode, rdev, majors):
+    """Is an open file (its readlink ``path``, ``st_mode`` and ``st_rdev``) a device of NVIDIA's driver? (pure)
+
+    Only character devices count: a regular file, a FIFO or a socket never makes a process a holder. With NVIDIA's
+    driver loaded (``majors`` not empty), the device's major number must be one of the driver's. With no NVIDIA
+    driver in the kernel, no process can hold VRAM: a character device then counts only when it has the driver's
+    node name (``/dev/nvidia*``), which is what an emulated GPU provides (the lab's fake nodes are clones of
+    ``/dev/null``); ``/dev/null`` itself, a tty or any other device never counts.
+    """
+    if not stat.S_ISCHR(mode):
+        return False
+    if majors:
+        return os.major(rdev) in majors
+    return fnmatch.fnmatchcase(path, NVIDIA_NODES)
+
+
+def device_filter(majors):
+    """The ``accept`` function of procfs.holders() for is_gpu_device() with these driver majors."""
+    return lambda path, info: is_gpu_device(path, info.st_mode, info.st_rdev, majors)
 
 
 def container_hints(proc=PROC, root="/"):

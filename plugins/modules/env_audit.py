@@ -44,11 +44,15 @@ options:
     type: bool
     default: true
   torch_timeout:
-    description: Seconds to wait for the torch probe.
+    description: Seconds to wait for the torch probe. Must be positive.
     type: int
     default: 120
   cgroup_root:
-    description: Mount point of the cgroup hierarchy.
+    description:
+      - Mount point of the cgroup hierarchy.
+      - When no cgroup v1 or v2 hierarchy is found there, the limits are not audited and the finding
+        C(cgroup_not_audited) (INFO) says so. A limit file that holds garbage (C(memory.max) of text, C(cpu.max) with
+        a period of 0) is the finding C(cgroup_malformed) (WARN), and that limit counts as unknown.
     type: path
     default: /sys/fs/cgroup
 """
@@ -123,9 +127,9 @@ class EnvAuditError(Exception):
     """Bad arguments, reported with fail_json by main()."""
 
 
-def gather_cgroup(root):
+def gather_cgroup(root, malformed=None):
     """cgroup.limits() plus the CPUs the host has and this process may run on."""
-    info = cgroup.limits(root)
+    info = cgroup.limits(root, malformed=malformed)
     info.update(host_cpus=os.cpu_count(), affinity_cpus=None, recommended_threads=None)
     if hasattr(os, "sched_getaffinity"):
         info["affinity_cpus"] = len(os.sched_getaffinity(0))
@@ -146,7 +150,10 @@ def audit(params):
     if params["torch_timeout"] <= 0:
         raise EnvAuditError("torch_timeout must be a positive number of seconds (got %d)" % params["torch_timeout"])
     findings = []
-    limits = gather_cgroup(params["cgroup_root"])
+    malformed = []
+    limits = gather_cgroup(params["cgroup_root"], malformed)
+    findings.extend(env_audit.cgroup_findings(params["cgroup_root"], limits["version"],
+                                              os.path.isdir(params["cgroup_root"]), malformed))
     findings.extend(env_audit.memory_findings(limits["memory_max"], limits["memory_current"], limits["oom_kills"]))
     cpu, threads = env_audit.cpu_findings(limits["cpu_quota"], limits["host_cpus"], limits["affinity_cpus"])
     limits["recommended_threads"] = threads

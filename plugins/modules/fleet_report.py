@@ -24,6 +24,10 @@ description:
     C(probe_failed); a host without a result (failed before the probe, for example in profile validation) is
     reported as C(NO_RESULT) instead of being dropped silently.
   - Fails when a host is C(FAIL), C(UNREACHABLE) or C(NO_RESULT), and also on C(WARN) with O(strict).
+  - A registered result may hold anything. Findings or jobs that are not mappings (or a C(findings) that is not a
+    list) make the C(FAIL) finding C(malformed_result), since that host cannot be judged. Progress values, counters
+    and percentages that are not numbers are shown as unknown (C(?) or C(-)) and are left out of the Prometheus
+    textfile.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
 attributes:
@@ -33,7 +37,7 @@ attributes:
 options:
   hosts:
     description:
-      - The hosts to report.
+      - The hosts to report. A name that is not in the inventory is refused (a typo is not a host that failed).
       - Default is every host the play targets (C(ansible_play_hosts_all), the play's host pattern within
         C(--limit)), also the hosts that failed or were unreachable earlier in the run.
     type: list

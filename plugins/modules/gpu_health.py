@@ -64,6 +64,7 @@ options:
   sample_seconds:
     description:
       - Seconds over which clocks, temperatures and reasons are sampled (5 samples). V(0) takes one sample.
+      - At most 600; a negative, infinite or NaN value is refused.
     type: float
     default: 5
   kernel_log:
@@ -71,7 +72,10 @@ options:
       - Where to read kernel messages for Xid errors.
       - V(auto) tries C(journalctl -k -b --no-pager -q -o short-iso), then C(dmesg), both in the C locale.
       - Any other value is the path of a readable file holding kernel log lines (any common format).
-      - An unreadable log is a C(kernel_log_unreadable) WARN.
+      - An unreadable or missing log is a C(kernel_log_unreadable) WARN.
+      - The path must name a regular file; a FIFO, a device such as C(/dev/zero), a socket or a directory is refused
+        (the file is opened non-blocking, so a FIFO cannot hang the probe). Only the last 16 MiB of a larger file
+        are read.
     type: str
     default: auto
   fail_on:
@@ -83,6 +87,9 @@ options:
   nvidia_smi_path:
     description:
       - Path of the nvidia-smi binary. Found on E(PATH) when omitted.
+      - A path that does not exist is C(driver_unavailable) (no driver installed). A path that exists but is not an
+        executable regular file (for example C(/etc/passwd)) is a wrong parameter and fails the task with a message
+        that says so.
     type: path
   timeout:
     description:
@@ -218,8 +225,10 @@ samples:
   sample: 5
 """
 
+import math
 import os
 import re
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -234,6 +243,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi impo
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
 SAMPLE_COUNT = 5
+MAX_SAMPLE_SECONDS = 600
+MAX_KERNEL_LOG_BYTES = 16 * 1024 * 1024  # only the tail of a bigger file is read: the newest Xid events
 KILL_GRACE_SECONDS = 2
 MAX_XID_EVENTS = 200
 JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
@@ -259,9 +270,16 @@ class GpuHealthError(Exception):
 
 
 def find_nvidia_smi(module):
+    """The nvidia-smi to run, or None when it is not installed; GpuHealthError when ``nvidia_smi_path`` names
+    something that exists but cannot be nvidia-smi (a wrong parameter is not a bad box)."""
     path = module.params["nvidia_smi_path"]
     if path:
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+        if not os.path.lexists(path):
+            return None
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise GpuHealthError("nvidia_smi_path %s is not an executable file: fix the parameter (the path of the "
+                                 "nvidia-smi binary) or omit it to search PATH" % path)
+        return path
     return module.get_bin_path("nvidia-smi")
 
 
@@ -323,14 +341,50 @@ def take_samples(smi, timeout, seconds, options):
     return samples, count, []
 
 
+def _kind(mode):
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_log_file(path):
+    """-> (text of the last MAX_KERNEL_LOG_BYTES of a regular file, None) or (None, why it is unreadable).
+
+    Opened non-blocking (a FIFO cannot hang the open) and checked on the open descriptor; anything but a regular
+    file is a wrong parameter (GpuHealthError)."""
+    if not path.strip():
+        raise GpuHealthError("kernel_log is empty: give auto or the path of a kernel log file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except (IOError, OSError) as exc:
+        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise GpuHealthError("kernel_log %s is %s, not a regular file: give auto or the path of a kernel log "
+                                 "file" % (path, _kind(info.st_mode)))
+        if info.st_size > MAX_KERNEL_LOG_BYTES:
+            os.lseek(fd, info.st_size - MAX_KERNEL_LOG_BYTES, os.SEEK_SET)
+        chunks, left = [], MAX_KERNEL_LOG_BYTES
+        while left > 0:
+            chunk = os.read(fd, min(left, 1024 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace"), None
+    except (IOError, OSError) as exc:
+        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
+    finally:
+        os.close(fd)
+
+
 def read_kernel_log(module, source, timeout):
     """-> (text or None, reason it is unreadable)."""
     if source != "auto":
-        try:
-            with open(source, "rb") as handle:
-                return handle.read().decode("utf-8", "replace"), None
-        except (IOError, OSError) as exc:
-            return None, "cannot read %s: %s" % (source, exc.strerror or exc)
+        return read_log_file(source)
     reasons = []
     # journalctl may answer with nothing (no kernel messages in a container's journal): then ask dmesg, whose
     # success means the kernel ring buffer was read, even if it holds no line.
@@ -363,7 +417,11 @@ def validate(params):
             re.compile(params["expected_name"])
         except re.error as exc:
             raise GpuHealthError("expected_name is not a valid regular expression (%s): fix the pattern" % exc)
-    for key in ("sample_seconds", "temp_hot_c", "sm_clock_floor_pct", "expected_count", "min_memory_mib"):
+    seconds = params["sample_seconds"]
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SAMPLE_SECONDS):
+        raise GpuHealthError("sample_seconds must be a number from 0 to %d (got %s): the samples are taken within "
+                             "the task" % (MAX_SAMPLE_SECONDS, seconds))
+    for key in ("temp_hot_c", "sm_clock_floor_pct", "expected_count", "min_memory_mib"):
         if params[key] is not None and params[key] < 0:
             raise GpuHealthError("%s must not be negative (got %s)" % (key, params[key]))
     if params["timeout"] <= 0:
@@ -387,6 +445,8 @@ def check_gpus(module):
     runs = 0
 
     smi = find_nvidia_smi(module)
+    # a kernel_log that is not a regular file is a wrong parameter: refused before nvidia-smi runs
+    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
     if smi is None:
         findings.append(driver_unavailable({
             "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
@@ -398,7 +458,6 @@ def check_gpus(module):
             samples, runs, sample_findings = take_samples(smi, timeout, params["sample_seconds"], options)
             findings.extend(sample_findings)
 
-    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
     events = parse_kernel_log(log_text) if log_text is not None else []
     if unreadable:
         findings.append(kernel_log_unreadable(unreadable, options))

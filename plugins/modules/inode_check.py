@@ -30,7 +30,8 @@ options:
   paths:
     description:
       - The paths to report on, usually the storage tiers of the platform profile (data disk, durable FS, home).
-      - A path that does not exist yields a C(path_missing) finding, not an error.
+      - A path that does not exist yields a C(path_missing) finding, not an error. An empty entry, or an empty
+        list, is refused.
     type: list
     elements: path
     required: true
@@ -38,6 +39,7 @@ options:
     description:
       - How many of the largest inode consumers (the direct children of each path, like C(du --inodes -d1)) to list.
       - C(0) skips the walk. The walk does not cross into other filesystems and does not follow symlinks.
+      - At most 1000.
     type: int
     default: 5
   budgets:
@@ -57,11 +59,11 @@ options:
         type: str
         default: projected need
       bytes:
-        description: Bytes needed.
+        description: Bytes needed (0 or more).
         type: int
         default: 0
       inodes:
-        description: Inodes (files and directories) needed.
+        description: Inodes (files and directories) needed (0 or more).
         type: int
         default: 0
   hf_cache:
@@ -73,7 +75,7 @@ options:
   hf_cache_warn_gib:
     description:
       - Size from which a Hugging Face cache on the home filesystem (not moved to another disk) is a
-        C(hf_cache_large) finding.
+        C(hf_cache_large) finding. 0 or more.
     type: int
     default: 10
 notes:
@@ -205,13 +207,38 @@ def usage_of(path):
         raise InodeCheckError("cannot read filesystem statistics of %s: %s" % (path, exc.strerror))
 
 
-def run(params):
-    """Gather the report for the given module parameters; raises InodeCheckError."""
+MAX_TOP = 1000
+
+
+def validate(params):
+    """Raise InodeCheckError for arguments that cannot describe a check."""
     if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
         raise InodeCheckError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
                               % (params["warn_pct"], params["fail_pct"]))
-    if params["top"] < 0:
-        raise InodeCheckError("top must be 0 or more, got %d" % params["top"])
+    if not 0 <= params["top"] <= MAX_TOP:
+        raise InodeCheckError("top must be from 0 to %d (the number of largest inode consumers to list), got %d"
+                              % (MAX_TOP, params["top"]))
+    if not params["paths"]:
+        raise InodeCheckError("paths is empty: give the storage tiers to check, for example the data disk")
+    for number, path in enumerate(params["paths"], 1):
+        if not path or not path.strip():
+            raise InodeCheckError("paths entry %d is empty: give the path of a storage tier, or remove the entry "
+                                  "(an unset profile variable?)" % number)
+    for number, budget in enumerate(params["budgets"], 1):
+        if not budget["path"] or not budget["path"].strip():
+            raise InodeCheckError("budgets entry %d (%s) has an empty path: give a path on the filesystem the need "
+                                  "applies to" % (number, budget["label"]))
+        for key in ("bytes", "inodes"):
+            if budget[key] < 0:
+                raise InodeCheckError("budgets entry %d (%s): %s must be 0 or more, got %d" % (
+                    number, budget["label"], key, budget[key]))
+    if params["hf_cache_warn_gib"] < 0:
+        raise InodeCheckError("hf_cache_warn_gib must be 0 or more, got %d" % params["hf_cache_warn_gib"])
+
+
+def run(params):
+    """Gather the report for the given module parameters; raises InodeCheckError."""
+    validate(params)
     reports, findings = [], []
     for path in params["paths"]:
         usage = usage_of(path)

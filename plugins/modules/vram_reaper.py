@@ -86,7 +86,11 @@ options:
     type: int
     default: 10
   device_glob:
-    description: Glob of the device paths to look for in C(/proc/*/fd).
+    description:
+      - Glob of the device paths to look for in C(/proc/*/fd). An absolute pattern; an empty one is refused.
+      - It only narrows the search. An open file counts only when it is a character device of NVIDIA's driver (see
+        the notes), so a regular file, a FIFO, C(/dev/null) or a tty never makes a process a holder, whatever the
+        glob.
     type: str
     default: /dev/nvidia*
   timeout:
@@ -94,6 +98,12 @@ options:
     type: int
     default: 15
 notes:
+  - "Which open files count: the descriptor itself is examined (C(stat) of C(/proc/PID/fd/N)), not the path it was
+    opened by. It must be a character device. When NVIDIA's driver is loaded, its major number must be one the
+    driver registered in C(/proc/devices) (C(nvidia), C(nvidia-uvm), C(nvidia-caps), C(nvidia-nvlink), ... all start
+    with C(nvidia)). When no NVIDIA driver is registered there, no process can hold VRAM; a character device then
+    counts only with the driver's node name C(/dev/nvidia*) (an emulated GPU such as the lab's, whose nodes are
+    clones of C(/dev/null)). RV(device_rule) says which rule was applied."
   - Run as root to see the open files of other users' processes; PIDs whose files cannot be read are listed in
     RV(unreadable_pids).
 """
@@ -161,6 +171,11 @@ unreadable_pids:
   elements: int
   returned: always
   sample: []
+device_rule:
+  description: Which open files were counted as GPU devices (see the notes).
+  type: str
+  returned: always
+  sample: character devices of the NVIDIA driver (major 195, 508) matching /dev/nvidia*
 msg:
   description: What was found and done, in words.
   type: str
@@ -290,8 +305,21 @@ def run(module, result):
     for key in ("min_age", "kill_grace", "timeout"):
         if params[key] < 0:
             raise ReaperError("%s must be 0 or more, got %d" % (key, params[key]))
+    pattern = params["device_glob"]
+    if not pattern or not pattern.strip():
+        raise ReaperError("device_glob is empty: give the glob of NVIDIA device nodes, for example /dev/nvidia*")
+    if not pattern.startswith("/"):
+        raise ReaperError("device_glob %r is not absolute: the open files in /proc/*/fd are absolute paths; give "
+                          "a glob such as /dev/nvidia*" % pattern)
     roots = protected_roots(params)
-    holders, unreadable = procfs.holders(params["device_glob"])
+    majors = reaper.nvidia_majors()
+    if majors:
+        result["device_rule"] = "character devices of the NVIDIA driver (major %s) matching %s" % (
+            ", ".join(str(major) for major in sorted(majors)), pattern)
+    else:
+        result["device_rule"] = ("character devices named %s matching %s (no NVIDIA driver in /proc/devices: an "
+                                 "emulated GPU)" % (reaper.NVIDIA_NODES, pattern))
+    holders, unreadable = procfs.holders(pattern, accept=reaper.device_filter(majors))
     result["unreadable_pids"] = unreadable
     listed, smi_error = ask_nvidia_smi(module, params["timeout"])
     visible = sorted({row["pid"] for row in listed})
@@ -329,7 +357,7 @@ def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
     result = dict(changed=False, candidates=[], passed_over=[], killed=[], kill_errors=[], unverified=False,
-                  unverified_reason=None, visible_pids=[], unreadable_pids=[], msg="")
+                  unverified_reason=None, visible_pids=[], unreadable_pids=[], device_rule=None, msg="")
     try:
         run(module, result)
     except ReaperError as exc:

@@ -120,3 +120,32 @@ def test_reads_are_bounded_and_never_raise(tmp_path):
     assert len(cgroup.read_text(str(big))) == cgroup.MAX_READ
     assert cgroup.read_text(str(tmp_path / "absent")) is None and cgroup.read_text(None) is None
     assert cgroup.read_counters(str(tmp_path / "absent")) is None and cgroup.read_counters(None) is None
+
+
+@pytest.mark.parametrize("parser,text", [
+    (cgroup.parse_limit, "banana\n"), (cgroup.parse_limit, "-4096\n"), (cgroup.parse_cpu_max, "200000 0\n"),
+    (cgroup.parse_cpu_max, "lots often\n"), (cgroup.parse_cpu_max, "1 2 3\n"), (cgroup.parse_cpu_max, "-5 100000\n"),
+])
+def test_malformed_limit_files_raise_value_error(parser, text):
+    with pytest.raises(ValueError):
+        parser(text)
+
+
+def test_cpu_quota_v1_rejects_a_zero_period():
+    with pytest.raises(ValueError):
+        cgroup.cpu_quota_v1("50000\n", "0\n")
+    assert cgroup.cpu_quota_v1("-1\n", "0\n") is None  # unlimited, whatever the period
+
+
+def test_limits_describe_malformed_files_and_count_them_unknown(tmp_path):
+    proc = fake_proc(tmp_path, "0::/\n")
+    root = tmp_path / "cg"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    (root / "memory.max").write_text("banana\n")
+    (root / "cpu.max").write_text("200000 0\n")
+    malformed = []
+    info = cgroup.limits(str(root), proc, malformed=malformed)
+    assert info["version"] == 2 and info["memory_max"] is None and info["cpu_quota"] is None
+    assert len(malformed) == 2 and "memory.max holds 'banana'" in malformed[0] and "period of 0" in malformed[1]
+    assert cgroup.limits(str(root), proc)["version"] == 2  # without the list: the same values, never raises

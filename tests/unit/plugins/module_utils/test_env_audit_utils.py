@@ -48,3 +48,14 @@ def test_torch_findings(torch_probe, driver, expected):
 
 def test_cpu_only_torch_is_fine_on_a_cpu_box():
     assert env_audit.torch_findings(probe(cuda_build=None), None, False) == []
+
+
+def test_cgroup_findings_say_what_was_not_audited():
+    assert env_audit.cgroup_findings("/sys/fs/cgroup", 2, True, []) == []
+    missing = env_audit.cgroup_findings("/nope", None, False, [])
+    assert codes(missing) == ["cgroup_not_audited"] and missing[0]["level"] == "INFO"
+    assert "/nope is not a directory" in missing[0]["message"]
+    empty = env_audit.cgroup_findings("/tmp", None, True, [])
+    assert "/tmp holds no cgroup v1 or v2 hierarchy" in empty[0]["message"]
+    bad = env_audit.cgroup_findings("/sys/fs/cgroup", 2, True, ["/sys/fs/cgroup/cpu.max holds '1 0' (a period of 0)"])
+    assert codes(bad) == ["cgroup_malformed"] and bad[0]["level"] == "WARN" and "a period of 0" in bad[0]["message"]

@@ -93,3 +93,20 @@ def test_patrol_table_has_its_own_columns_and_preflight_keeps_its_own():
     assert lines[2].split()[:3] == ["lab-05", "autodl", "UNREACHABLE"]
     preflight_header = fleet_table.render_table([], fleet_preflight.COLUMNS)[0]
     assert preflight_header.split()[:4] == ["HOST", "PLATFORM", "GPUS", "VERDICT"]
+
+
+def test_non_numeric_progress_and_counters_are_unknown_not_a_traceback():
+    odd = job(progress={"unit": "epoch", "value": "four", "text": "epoch four"}, items_total="7", items_done=None,
+              log_age_seconds="old")
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe([odd])))
+    assert "epoch ? (epoch four)" in row["line"] and row["progress"] == "epoch ? (epoch four)"
+    assert "items" not in row["line"] and "log " not in row["line"]
+    assert fleet_patrol.patrol_row("lab-01", patrol_record(probe([job(progress=[4])])))["progress"] == "progress ?"
+
+
+def test_jobs_and_findings_that_are_not_mappings_are_a_malformed_result():
+    record = patrol_record(probe([job(), "train"]))
+    record["probe"]["findings"] = ["log_stale"]
+    row = fleet_patrol.patrol_row("lab-01", record)
+    assert row["verdict"] == "FAIL" and [f["code"] for f in row["findings"]].count("malformed_result") == 2
+    assert len(row["jobs"]) == 1

@@ -80,3 +80,13 @@ def test_exposition_reader_rejects_bad_lines():
                 "# HELP x h\n# TYPE x gauge\nx one\n"):
         with pytest.raises(AssertionError):
             parse_exposition(bad)
+
+
+def test_values_that_are_not_numbers_are_left_out():
+    odd = job(progress={"unit": "epoch", "value": "four"}, items_done="x", log_age_seconds=float("nan"))
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe([odd])))
+    row.update(gpus=["GPU0", {"index": 0, "utilization_pct": "high", "memory_used_mib": 10}], oom_kills="none")
+    text = fleet_prom.prometheus_text([row], 1700000000)
+    assert "trainer_job_progress" not in text and "trainer_job_items_done" not in text
+    assert "trainer_job_log_age_seconds" not in text and "trainer_gpu_utilization_pct" not in text
+    assert 'trainer_gpu_memory_used_mib{host="lab-01",gpu="0"} 10' in text

@@ -86,3 +86,28 @@ def test_probe_failure_texts_name_the_interpreter_the_profile_and_the_run():
     failed = fleet_table.probe_failure({"msg": "boom " * 100}, "preflight")
     assert len(failed["message"]) == 300 and failed["action"].endswith("run preflight again.")
     assert fleet_table.probe_failure({}, "preflight", probe="env_audit")["message"] == "env_audit failed"
+
+
+def test_number_and_integer_accept_real_numbers_only():
+    assert [fleet_table.number(v) for v in (3, 2.5, True, "3", None, float("nan"), float("inf"), [1])] == [
+        3, 2.5, None, None, None, None, None, None]
+    assert fleet_table.integer(2.9) == 2 and fleet_table.integer("2") is None
+
+
+def test_mappings_keep_the_usable_entries_and_say_what_is_malformed():
+    good = {"level": "WARN", "code": "x"}
+    assert fleet_table.mappings(None, "gpu_health", "findings") == ([], None)
+    assert fleet_table.mappings([good], "gpu_health", "findings") == ([good], None)
+    entries, problem = fleet_table.mappings([good, "FAIL: hot", 3], "gpu_health", "findings")
+    assert entries == [good] and problem["code"] == "malformed_result" and problem["level"] == "FAIL"
+    assert "2 of its findings are not mappings: 'FAIL: hot', 3" in problem["message"]
+    entries, problem = fleet_table.mappings("FAIL", "env_audit", "findings")
+    assert entries == [] and "findings is str, not a list" in problem["message"]
+    entries, problem = fleet_table.mappings([{"level": ["FAIL"]}], "x", "findings", fleet_table.is_finding)
+    assert entries == [] and problem is not None
+
+
+def test_usage_of_ignores_malformed_paths():
+    result = {"paths": ["/data", 5, {"path": "/data", "bytes_pct": "90", "inodes_pct": 12}]}
+    assert fleet_table.usage_of(result, "/data") == {"path": "/data", "bytes_pct": None, "inodes_pct": 12}
+    assert fleet_table.usage_of({"paths": "oops"}, "/data") == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 
@@ -31,14 +32,31 @@ def smi_lines(pids):
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def make_char_device(path, major=1, minor=3):
+    """A character device node (a clone of /dev/null by default), as the lab makes its fake /dev/nvidia*."""
+    os.mknod(str(path), 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+
+
+def fake_proc_devices(tmp_path, monkeypatch, text):
+    path = tmp_path / "proc-devices"
+    path.write_text(text)
+    monkeypatch.setattr(reaper, "PROC_DEVICES", str(path))
+
+
+# /proc/devices of a box whose NVIDIA driver registered major 1 (the major of the fake nodes below)
+DRIVER_ON_MAJOR_1 = "Character devices:\n  1 nvidia\n  5 /dev/tty\n\nBlock devices:\n  8 sd\n"
+
+
 class Box:
-    """A fake /dev/nvidia0 in tmp, a fake nvidia-smi on PATH, and real holder processes killed afterwards."""
+    """A fake /dev/nvidia0 in tmp (a character device whose major /proc/devices gives to NVIDIA's driver), a fake
+    nvidia-smi on PATH, and real holder processes killed afterwards."""
 
     def __init__(self, tmp_path, monkeypatch):
         self.dev = tmp_path / "dev"
         self.dev.mkdir()
-        (self.dev / "nvidia0").write_text("")
-        (self.dev / "nvidiactl").write_text("")
+        make_char_device(self.dev / "nvidia0")
+        make_char_device(self.dev / "nvidiactl")
+        fake_proc_devices(tmp_path, monkeypatch, DRIVER_ON_MAJOR_1)
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
         self.procs = []
@@ -90,6 +108,8 @@ class Box:
 
 @pytest.fixture
 def box(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("making a character device node (the fake /dev/nvidia0) needs root")
     fake = Box(tmp_path, monkeypatch)
     yield fake
     fake.cleanup()
@@ -209,3 +229,58 @@ def test_self_and_parents_are_guarded(module_runner, box):
 def test_bad_numbers_fail_cleanly(module_runner, box):
     failed, result = module_runner(vram_reaper, box.args(min_age=-1))
     assert failed and "min_age" in result["msg"] and result["killed"] == []
+
+
+def hold(box, *paths):
+    """A real process holding ``paths`` open (read-only), tracked by ``box`` for clean-up."""
+    redirects = " ".join('%d<"${%d}"' % (3 + i, i + 1) for i in range(len(paths)))
+    proc = subprocess.Popen(["bash", "-c", "exec %s; exec sleep 600" % redirects, "hold"] + [str(p) for p in paths])
+    box.procs.append(proc)
+    deadline = time.time() + 10
+    while time.time() < deadline and len(procfs.fd_entries(proc.pid)) < 3 + len(paths):
+        time.sleep(0.05)
+    return proc
+
+
+def test_a_regular_file_held_open_never_makes_a_holder(module_runner, box):
+    regular = box.dev / "nvidia7"
+    regular.write_text("")
+    proc = hold(box, regular)
+    failed, result = module_runner(vram_reaper, box.args(force=True, signal="KILL"))
+    assert not failed and proc.pid not in by_pid(result["candidates"] + result["passed_over"])
+    assert result["killed"] == [] and proc.poll() is None
+
+
+@pytest.mark.parametrize("devices", ["Character devices:\n  1 mem\n195 nvidia\n", "Character devices:\n  1 mem\n"])
+def test_dev_null_as_the_glob_lists_nobody(module_runner, box, tmp_path, monkeypatch, devices):
+    """The shells holding /dev/null are never holders, with or without a driver. (A dry run: on a code that
+    counted them, force would kill every process of this machine that holds /dev/null.)"""
+    proc = hold(box, "/dev/null")
+    fake_proc_devices(tmp_path, monkeypatch, devices)
+    failed, result = module_runner(vram_reaper, box.args(device_glob="/dev/null"))
+    assert not failed and result["candidates"] == [] and result["passed_over"] == [] and proc.poll() is None
+
+
+def test_a_device_of_another_driver_is_not_counted(module_runner, box, tmp_path, monkeypatch):
+    """With NVIDIA's driver on major 195, the clones of /dev/null (major 1) are not GPU devices."""
+    proc = hold(box, box.dev / "nvidia0")
+    fake_proc_devices(tmp_path, monkeypatch, "Character devices:\n  1 mem\n195 nvidia-frontend\n508 nvidia-uvm\n")
+    failed, result = module_runner(vram_reaper, box.args())
+    assert not failed and proc.pid not in by_pid(result["candidates"] + result["passed_over"])
+    assert result["device_rule"].startswith("character devices of the NVIDIA driver (major 195, 508)")
+
+
+def test_without_a_driver_only_nodes_named_like_the_drivers_count(module_runner, box, tmp_path, monkeypatch):
+    """No NVIDIA driver in /proc/devices (the lab): a character device counts only as /dev/nvidia*."""
+    proc = hold(box, box.dev / "nvidia0")
+    fake_proc_devices(tmp_path, monkeypatch, "Character devices:\n  1 mem\n  5 /dev/tty\n")
+    failed, result = module_runner(vram_reaper, box.args())
+    assert not failed and proc.pid not in by_pid(result["candidates"] + result["passed_over"])
+    assert "no NVIDIA driver" in result["device_rule"]
+
+
+@pytest.mark.parametrize("glob,fragment", [("", "device_glob is empty"), ("   ", "device_glob is empty"),
+                                           ("nvidia*", "not absolute")])
+def test_unusable_globs_are_refused(module_runner, box, glob, fragment):
+    failed, result = module_runner(vram_reaper, box.args(device_glob=glob, force=True))
+    assert failed and fragment in result["msg"] and result["killed"] == []
