@@ -28,7 +28,8 @@ def write_verified(pulls, host=HOST, run_id=RUN, sha=SHA, problems=(), where=Non
     """A PULL_VERIFIED.json as pull_verify writes it, in the pull directory of ``where`` (host, run)."""
     directory = pulls.joinpath(*(where or (HOST, RUN)))
     directory.mkdir(parents=True, exist_ok=True)
-    record = {"host": host, "run_id": run_id, "manifest_sha256": sha, "files": [], "total_bytes": 0,
+    record = {"host": host, "run_id": run_id, "manifest_sha256": sha, "total_bytes": 1,
+              "files": [{"path": "best.pt", "bytes": 1, "sha256": "b" * 64}],
               "problems": list(problems)}
     (directory / teardown.VERIFIED_NAME).write_text(json.dumps(record))
     return directory

@@ -14,7 +14,8 @@ SHA = "a" * 64
 
 
 def verified(host="lab-01", run_id="exp42", sha=SHA, problems=None):
-    return {"host": host, "run_id": run_id, "manifest_sha256": sha, "problems": problems or []}
+    return {"host": host, "run_id": run_id, "manifest_sha256": sha, "problems": problems or [],
+            "files": [{"path": "best.pt", "bytes": 1, "sha256": "b" * 64}]}
 
 
 def codes(refusals):
