@@ -78,7 +78,11 @@ ALLOWED_GLOBALS = frozenset(
        for kind in _TORCH_ELEMENT_TYPES + ["QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4"]]
     + ["%s.%sTensor" % (module, kind) for module in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse")
        for kind in _TORCH_ELEMENT_TYPES])
-_PY2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+try:
+    # how the unpickler (and torch's) maps the Python 2 names that protocols 0-2 write, e.g. __builtin__.set
+    from _compat_pickle import IMPORT_MAPPING as _PY2_MODULES, NAME_MAPPING as _PY2_NAMES
+except ImportError:  # pragma: no cover - CPython always has it
+    _PY2_MODULES, _PY2_NAMES = {"__builtin__": "builtins", "copy_reg": "copyreg"}, {}
 
 # Bounds of what the check reads: a compressed zip member declaring more is refused without inflating it, a
 # data.pkl larger than MAX_PICKLE_BYTES is not walked, a safetensors header above 100 MB (the reference cap) is
@@ -100,7 +104,11 @@ class _Global:
     """A GLOBAL reference seen in a pickle (never imported)."""
 
     def __init__(self, module, name):
-        self.module = _PY2_MODULES.get(module, module) if isinstance(module, str) else module
+        if (module, name) in _PY2_NAMES:
+            module, name = _PY2_NAMES[(module, name)]
+        elif module in _PY2_MODULES:
+            module = _PY2_MODULES[module]
+        self.module = module
         self.name = name
 
     @property
@@ -139,7 +147,7 @@ def check_globals(references):
     """UnsafeGlobal naming every reference (``_Global``) outside ``ALLOWED_GLOBALS``; None when all are allowed."""
     refused = sorted(set(ref.full_name for ref in references if not ref.allowed))
     if refused:
-        raise UnsafeGlobal("it references %s, which torch.load(weights_only=True) refuses (only torch's tensor, "
+        raise UnsafeGlobal("references %s, which torch.load(weights_only=True) refuses (only torch's tensor, "
                            "storage and dtype types, its rebuild functions, collections.OrderedDict and a few "
                            "builtins are allowed); do not load it, save a state_dict of tensors instead"
                            % ", ".join(refused))

@@ -185,3 +185,13 @@ def test_bad_arguments_are_refused_before_anything_is_read(pulls, args, message)
     write_verified(pulls)
     with pytest.raises(AnsibleActionFail, match=message):
         run_action(ActionModule, dict(args, pull_root=str(pulls)), host=HOST)
+
+
+def test_a_verified_pull_with_no_files_keeps_the_gate_closed(pulls):
+    directory = write_verified(pulls)
+    record = json.loads((directory / teardown.VERIFIED_NAME).read_text())
+    record.update(files=[], total_bytes=0)
+    (directory / teardown.VERIFIED_NAME).write_text(json.dumps(record))
+    result = gate(pulls)
+    assert result["open"] is False and result["failed"] is True and codes(result) == ["pull_verified_empty"]
+    assert "lists no files" in result["msg"]
