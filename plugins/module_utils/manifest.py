@@ -219,8 +219,9 @@ def load_manifest(text):
     """Parse and validate manifest JSON text (str or bytes)."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
-        raise ManifestError("the manifest is not valid JSON: %s" % exc) from exc
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError("the manifest is not valid JSON: %s" % (exc if isinstance(exc, ValueError)
+                                                                    else "nested too deeply")) from exc
     return validate_manifest(data)
 
 

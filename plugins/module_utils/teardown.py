@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
+
 VERIFIED_NAME = "PULL_VERIFIED.json"
 MANIFEST_NAME = "PULL_MANIFEST.json"
 RECEIPT_NAME = "TEARDOWN_RECEIPT.json"
@@ -91,12 +93,22 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
     return refusals
 
 
+MAX_VERIFIED_BYTES = 256 * 1024 * 1024
+
+
 def load_verified(path):
-    """Parsed PULL_VERIFIED.json, or None when it is absent or unreadable (which refuses the gate)."""
+    """Parsed PULL_VERIFIED.json, or None when it is absent, unreadable or not a JSON object (which refuses the gate).
+
+    Only a regular file of at most MAX_VERIFIED_BYTES is read: a FIFO, a device or a directory in its place is
+    refused without blocking or reading on.
+    """
     try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_VERIFIED_BYTES + 1)
+        if len(raw) > MAX_VERIFIED_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
