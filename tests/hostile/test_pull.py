@@ -40,6 +40,11 @@ RUN, HOST = "r1", "box1"
 SYSTEM = "%s.system" % os.system.__module__  # posix.system on Linux: what pickle writes for os.system
 
 
+def that(condition, result):
+    """The assertion of a case's check (a check's return value is not looked at)."""
+    assert condition, result.get("msg")
+
+
 def tree(root, files):
     for rel, data in files.items():
         path = root.joinpath(*rel.split("/"))
@@ -142,18 +147,20 @@ MANIFEST_CASES = [
                          roster_file=str(tmp / "outside" / "roster")), "error", "cannot read roster file"),
     Case("pull_manifest: manifest_path inside the root", pull_manifest,
          lambda tmp: box(tmp, manifest_path=str(tmp / "runs" / RUN / "PULL_MANIFEST.json")), "error",
-         "inside root", check=lambda result, tmp: not (tmp / "runs" / RUN / "PULL_MANIFEST.json").exists()),
+         "inside root", check=lambda result, tmp: that(not (tmp / "runs" / RUN / "PULL_MANIFEST.json").exists(), result)),
     Case("pull_manifest: manifest_path through a link into the root", pull_manifest,
          lambda tmp: box(tmp, lambda root, out: (out / "into").symlink_to(root, target_is_directory=True),
                          manifest_path=str(tmp / "outside" / "into" / "m.json")), "error", "inside root",
-         check=lambda result, tmp: not (tmp / "runs" / RUN / "m.json").exists()),
-    Case("pull_manifest: manifest_path /dev/null", pull_manifest, lambda tmp: box(tmp, manifest_path="/dev/null"),
+         check=lambda result, tmp: that(not (tmp / "runs" / RUN / "m.json").exists(), result)),
+    # a null device of its own: a regression must not replace the machine's /dev/null
+    Case("pull_manifest: manifest_path is a null device", pull_manifest,
+         lambda tmp: box(tmp, lambda root, out: mknod(out / "null", 1, 3), manifest_path=str(tmp / "outside" / "null")),
          "error", "character device, not a regular file",
-         check=lambda result, tmp: stat.S_ISCHR(os.stat("/dev/null").st_mode)),
+         check=lambda result, tmp: that(stat.S_ISCHR(os.lstat(str(tmp / "outside" / "null")).st_mode), result)),
     Case("pull_manifest: manifest_path is a directory", pull_manifest,
          lambda tmp: box(tmp, manifest_path=str(tmp / "outside")), "error", "directory, not a regular file"),
     Case("pull_manifest: root is /", pull_manifest, lambda tmp: box(tmp, root="/", manifest_path=str(tmp / "m.json")),
-         "error", "whole filesystem", check=lambda result, tmp: not (tmp / "m.json").exists()),
+         "error", "whole filesystem", check=lambda result, tmp: that(not (tmp / "m.json").exists(), result)),
     Case("pull_manifest: NUL in root", pull_manifest, lambda tmp: box(tmp, root=str(tmp / "runs") + "/r\x001"),
          "error", "control character"),
     Case("pull_manifest: root is a file", pull_manifest,
@@ -163,7 +170,7 @@ MANIFEST_CASES = [
          check=recorded_as_target),
     Case("pull_manifest: a file named like an rsync option is just a file", pull_manifest,
          roster("--log-file=x", make=lambda root, out: (root / "--log-file=x").write_bytes(b"x")), "ok",
-         check=lambda result, tmp: [f["path"] for f in result["manifest"]["files"]] == ["--log-file=x"]),
+         check=lambda result, tmp: that([f["path"] for f in result["manifest"]["files"]] == ["--log-file=x"], result)),
 ]
 
 
@@ -311,33 +318,32 @@ VERIFY_CASES = [
     Case("pull_verify: data is a link to a directory elsewhere", PullVerify,
          lambda tmp: pulled(tmp, damage=lambda data, tmp: (shutil.rmtree(str(data)), (tmp / "else").mkdir(),
                                                            data.symlink_to(tmp / "else"))),
-         "error", "is not a directory", check=lambda result, tmp: os.listdir(str(tmp / "else")) == []),
+         "error", "is not a directory", check=lambda result, tmp: that(os.listdir(str(tmp / "else")) == [], result)),
     Case("pull_verify: pull_root under a file", PullVerify,
          lambda tmp: dict(pulled(tmp), pull_root=str(tmp / "box" / RUN / "metrics.json")), "error",
          "cannot create the pull directory"),
     Case("pull_verify: checkpoint whose pickle calls os.system", PullVerify,
          checkpoint("best.pt", lambda path: write_torch_zip(path, None, data_pkl=evil_pickle(os.system, ("id",)))),
-         "refused", check=lambda result, tmp: (refused_with("not_loadable")(result, tmp),
-                                               SYSTEM in result["msg"])[1]),
+         "refused", check=lambda result, tmp: (refused_with("not_loadable")(result, tmp), that(SYSTEM in result["msg"], result))),
     Case("pull_verify: checkpoint whose pickle calls builtins.exec (protocol 4)", PullVerify,
          checkpoint("best.pt", lambda path: write_torch_zip(path, None, data_pkl=evil_pickle(
              builtins.exec, ("import os",), protocol=4))),
-         "refused", check=lambda result, tmp: "builtins.exec" in result["msg"]),
+         "refused", check=lambda result, tmp: that("builtins.exec" in result["msg"], result)),
     Case("pull_verify: checkpoint whose pickle runs subprocess.Popen", PullVerify,
          checkpoint("best.pt", lambda path: write_torch_zip(path, None, data_pkl=evil_pickle(
              subprocess.Popen, (["id"],)))),
-         "refused", check=lambda result, tmp: "subprocess.Popen" in result["msg"]),
+         "refused", check=lambda result, tmp: that("subprocess.Popen" in result["msg"], result)),
     Case("pull_verify: legacy checkpoint whose object pickle calls os.system", PullVerify,
          checkpoint("old.pth", lambda path: write_legacy_with(path, evil_pickle(os.system, ("id",)))),
-         "refused", check=lambda result, tmp: SYSTEM in result["msg"] and "object pickle" in result["msg"]),
+         "refused", check=lambda result, tmp: that(SYSTEM in result["msg"] and "object pickle" in result["msg"], result)),
     Case("pull_verify: legacy checkpoint with a forged 2**60 string length", PullVerify,
          checkpoint("old.pth", forged_length), "refused", check=refused_with("not_loadable")),
     Case("pull_verify: zip member inflating to 2 GiB", PullVerify,
          checkpoint("bomb.pt", write_zip_bomb), "refused", timeout=15,
-         check=lambda result, tmp: "inflates to 2147483648 bytes" in result["msg"]),
+         check=lambda result, tmp: that("inflates to 2147483648 bytes" in result["msg"], result)),
     Case("pull_verify: safetensors header length near the file size", PullVerify,
          checkpoint("big.safetensors", sparse_safetensors), "refused", timeout=10,
-         check=lambda result, tmp: "100000000-byte cap" in result["msg"]),
+         check=lambda result, tmp: that("100000000-byte cap" in result["msg"], result)),
 ]
 
 
@@ -363,7 +369,7 @@ def test_pull_verify_read_only_pull_root(hostile, tmp_path):
     try:
         hostile(Case("pull_verify: read-only pull_root", PullVerify,
                      lambda tmp: dict(pulled(tmp), pull_root=str(locked)), "error", "choose a writable pull_root",
-                     check=lambda result, tmp: os.listdir(str(locked)) == []))
+                     check=lambda result, tmp: that(os.listdir(str(locked)) == [], result)))
     finally:
         subprocess.run(["chattr", "-i", str(locked)], check=False)
 

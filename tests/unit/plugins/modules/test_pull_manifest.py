@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 
 import pytest
 
@@ -133,7 +134,6 @@ def test_a_link_out_of_the_root_fails_and_writes_nothing(module_runner, root, tm
 
 @pytest.mark.parametrize("args, message", [
     ({"root": "/", "manifest_path": "/tmp/m.json"}, "whole filesystem"),
-    ({"manifest_path": "/dev/null"}, "character device, not a regular file"),
     ({"root": "/tmp/a\x00b"}, "control character"),
 ])
 def test_hostile_paths_fail_with_a_message(module_runner, root, args, message):
@@ -141,4 +141,13 @@ def test_hostile_paths_fail_with_a_message(module_runner, root, args, message):
     full.update(args)
     failed, result = module_runner(pull_manifest, full)
     assert failed and message in result["msg"], result["msg"]
-    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_manifest_path_that_is_a_device_is_never_replaced(module_runner, root, tmp_path):
+    null = tmp_path / "null"   # a null device of its own: a regression must not replace the machine's /dev/null
+    os.mknod(str(null), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    failed, result = module_runner(pull_manifest, {"root": str(root), "roster": ["metrics.json"],
+                                                   "manifest_path": str(null)})
+    assert failed and "character device, not a regular file" in result["msg"], result["msg"]
+    assert stat.S_ISCHR(os.lstat(str(null)).st_mode)
