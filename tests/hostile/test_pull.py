@@ -119,7 +119,8 @@ MANIFEST_CASES = [
          roster("best.pt", "gone.pt", make=lambda root, out: (root / "gone.pt").symlink_to("epoch_99.pt")),
          "error", "to nothing", check=nothing_written),
     Case("pull_manifest: link loop", pull_manifest,
-         roster("a.pt", make=lambda root, out: ((root / "a.pt").symlink_to("b.pt"), (root / "b.pt").symlink_to("a.pt"))),
+         roster("a.pt", make=lambda root, out: ((root / "a.pt").symlink_to("b.pt"),
+                                                (root / "b.pt").symlink_to("a.pt"))),
          "error", "cannot be resolved", check=nothing_written),
     Case("pull_manifest: FIFO on the roster", pull_manifest,
          roster("pipe.pt", make=lambda root, out: os.mkfifo(str(root / "pipe.pt"))), "error", "FIFO", timeout=5,
@@ -147,7 +148,8 @@ MANIFEST_CASES = [
                          roster_file=str(tmp / "outside" / "roster")), "error", "cannot read roster file"),
     Case("pull_manifest: manifest_path inside the root", pull_manifest,
          lambda tmp: box(tmp, manifest_path=str(tmp / "runs" / RUN / "PULL_MANIFEST.json")), "error",
-         "inside root", check=lambda result, tmp: that(not (tmp / "runs" / RUN / "PULL_MANIFEST.json").exists(), result)),
+         "inside root",
+         check=lambda result, tmp: that(not (tmp / "runs" / RUN / "PULL_MANIFEST.json").exists(), result)),
     Case("pull_manifest: manifest_path through a link into the root", pull_manifest,
          lambda tmp: box(tmp, lambda root, out: (out / "into").symlink_to(root, target_is_directory=True),
                          manifest_path=str(tmp / "outside" / "into" / "m.json")), "error", "inside root",
@@ -196,8 +198,8 @@ def pulled(tmp, files=None, roster_=None, box_links=None, damage=None, manifest_
         (root / name).symlink_to(target)
     data = manifest_bytes
     if data is None:
-        data = mf.manifest_bytes(mf.build_manifest(str(root), roster_ or sorted(files or ["metrics.json",
-                                                                                         "weights.safetensors"])))
+        names = roster_ or sorted(files or ["metrics.json", "weights.safetensors"])
+        data = mf.manifest_bytes(mf.build_manifest(str(root), names))
     manifest_path = tmp / "box" / "PULL_MANIFEST.json"
     manifest_path.write_bytes(data)
     dest = tmp / "pulls" / HOST / RUN
@@ -327,7 +329,8 @@ VERIFY_CASES = [
          "cannot create the pull directory"),
     Case("pull_verify: checkpoint whose pickle calls os.system", PullVerify,
          checkpoint("best.pt", lambda path: write_torch_zip(path, None, data_pkl=evil_pickle(os.system, ("id",)))),
-         "refused", check=lambda result, tmp: (refused_with("not_loadable")(result, tmp), that(SYSTEM in result["msg"], result))),
+         "refused", check=lambda result, tmp: (refused_with("not_loadable")(result, tmp),
+                                               that(SYSTEM in result["msg"], result))),
     Case("pull_verify: checkpoint whose pickle calls builtins.exec (protocol 4)", PullVerify,
          checkpoint("best.pt", lambda path: write_torch_zip(path, None, data_pkl=evil_pickle(
              builtins.exec, ("import os",), protocol=4))),
@@ -338,7 +341,8 @@ VERIFY_CASES = [
          "refused", check=lambda result, tmp: that("subprocess.Popen" in result["msg"], result)),
     Case("pull_verify: legacy checkpoint whose object pickle calls os.system", PullVerify,
          checkpoint("old.pth", lambda path: write_legacy_with(path, evil_pickle(os.system, ("id",)))),
-         "refused", check=lambda result, tmp: that(SYSTEM in result["msg"] and "object pickle" in result["msg"], result)),
+         "refused",
+         check=lambda result, tmp: that(SYSTEM in result["msg"] and "object pickle" in result["msg"], result)),
     Case("pull_verify: legacy checkpoint with a forged 2**60 string length", PullVerify,
          checkpoint("old.pth", forged_length), "refused", check=refused_with("not_loadable")),
     Case("pull_verify: zip member inflating to 2 GiB", PullVerify,

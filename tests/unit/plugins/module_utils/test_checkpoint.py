@@ -251,8 +251,8 @@ def test_the_allow_list_keeps_what_torch_save_writes(fake_torch):
                                      "c": 1 + 2j, "o": collections.OrderedDict(a=1)})
     _pids, references = ck.walk_pickle(data)
     assert sorted(set(ref.full_name for ref in references)) == [
-        "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set", "collections.OrderedDict", "torch.FloatStorage",
-        "torch._utils._rebuild_tensor_v2"]
+        "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set", "collections.OrderedDict",
+        "torch.FloatStorage", "torch._utils._rebuild_tensor_v2"]
     ck.check_globals(references)
 
 
