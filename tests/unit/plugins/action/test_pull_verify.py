@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -16,6 +17,7 @@ from ansible_collections.remote_gpu.trainer.plugins.action import pull_verify
 from ansible_collections.remote_gpu.trainer.plugins.action import teardown_gate
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.modules import pull_manifest
 
 from controller_actions import make_connection, run_action
 
@@ -324,3 +326,26 @@ def test_a_pulled_manifest_that_is_a_fifo_fails_without_hanging(box, pulls):
     os.mkfifo(str(dest / teardown.MANIFEST_NAME))
     result = verify(box, pulls)
     assert result["failed"] is True and result["msg"].startswith("cannot read the pulled manifest")
+
+
+def test_pull_manifest_then_pull_verify_with_links_in_and_out_of_the_root(module_runner, tmp_path, pulls):
+    """Both sides for real: pull_manifest's main() on the box root, then pull_verify (rsync over the local transport
+    when installed, else the copy rsync -a leaves)."""
+    root = tmp_path / "box" / RUN
+    write_tree(root, {"epoch_10.safetensors": EPOCH})
+    (root / "best.safetensors").symlink_to("epoch_10.safetensors")
+    failed, made = module_runner(pull_manifest, {"root": str(root), "roster": ["best.safetensors"], "run_id": RUN})
+    assert not failed, made["msg"]
+    box_args = {"root": root, "manifest_path": pathlib.Path(made["manifest_path"]), "sha": made["sha256"]}
+    rsync_there = shutil.which("rsync") is not None
+    if not rsync_there:
+        copy_keeping_links(box_args, pulls)
+    result = verify(box_args, pulls, pull=rsync_there, allow_extra=True)
+    assert result["verified"] is True, result["msg"]
+    assert_real_files(pull_dir(pulls) / teardown.DATA_DIR, ["best.safetensors"])
+
+    (tmp_path / "secret").write_bytes(b"key")
+    (root / "leak.safetensors").symlink_to(tmp_path / "secret")
+    failed, made = module_runner(pull_manifest, {"root": str(root), "roster": ["best.safetensors", "leak.safetensors"]})
+    assert failed and "leak.safetensors" in made["msg"] and "leads outside the root" in made["msg"]
+    assert made["sha256"] == ""   # the playbook skips pull_verify, and the gate stays closed (manifest_unknown)
