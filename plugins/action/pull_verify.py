@@ -17,9 +17,34 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
 from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+
+
+def prepare_pull_dir(dest, data_dir, verified_path):
+    """Remove an older PULL_VERIFIED.json and create ``data/``; an error message saying what to do, or None."""
+    if os.path.isdir(verified_path) and not os.path.islink(verified_path):
+        return ("%s is a directory, not the file this task writes; remove it (nothing in it is a verification) "
+                "and run again" % verified_path)
+    try:
+        if os.path.lexists(verified_path):
+            os.unlink(verified_path)
+    except OSError as exc:
+        return ("cannot remove the older %s (%s): a stale verification could open the teardown gate; make %s "
+                "writable and run again" % (verified_path, exc.strerror or exc, dest))
+    if os.path.lexists(data_dir) and (os.path.islink(data_dir) or not os.path.isdir(data_dir)):
+        return ("%s is not a directory (a file or a symbolic link is in its place); remove it and run again: the "
+                "pull goes into a real directory" % data_dir)
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+    except OSError as exc:
+        return ("cannot create the pull directory %s (%s); choose a writable pull_root or fix its permissions"
+                % (data_dir, exc.strerror or exc))
+    return None
 
 
 class ActionModule(DocumentedAction):
@@ -40,9 +65,9 @@ class ActionModule(DocumentedAction):
             return result
 
         # A verification that fails now must not leave an older PULL_VERIFIED.json opening the gate.
-        if os.path.exists(verified_path):
-            os.unlink(verified_path)
-        os.makedirs(data_dir, exist_ok=True)
+        error = prepare_pull_dir(dest, data_dir, verified_path)
+        if error:
+            return dict(result, failed=True, msg=error)
         local_manifest = os.path.join(dest, teardown.MANIFEST_NAME)
         if args["pull"]:
             for remote, local, recursive in ((args["src"].rstrip("/") + "/", data_dir + "/", True),
@@ -52,10 +77,13 @@ class ActionModule(DocumentedAction):
                     return dict(result, failed=True, msg=error)
 
         try:
-            with open(local_manifest, "rb") as handle:
-                raw = handle.read()
+            with open_regular(local_manifest) as handle:
+                raw = handle.read(MAX_MANIFEST_BYTES + 1)
         except OSError as exc:
             return dict(result, failed=True, msg="cannot read the pulled manifest %s: %s" % (local_manifest, exc.strerror))
+        if len(raw) > MAX_MANIFEST_BYTES:
+            return dict(result, failed=True, msg="the pulled manifest %s is larger than %d bytes, which no roster "
+                        "needs; run pull_manifest again and pull again" % (local_manifest, MAX_MANIFEST_BYTES))
         pulled_sha = hashlib.sha256(raw).hexdigest()
         if pulled_sha != args["manifest_sha256"]:
             return dict(result, failed=True, msg="the pulled manifest's sha256 %s differs from the box's %s: the manifest "
@@ -65,6 +93,12 @@ class ActionModule(DocumentedAction):
         except (mf.ManifestError, UnicodeDecodeError) as exc:
             return dict(result, failed=True, msg="the pulled manifest is not valid: %s" % to_native(exc))
 
+        try:
+            # links inside the pull that lead to a pulled file become real files (see manifest.materialize_links)
+            mf.materialize_links(manifest, data_dir)
+        except OSError as exc:
+            return dict(result, failed=True, msg="cannot turn the symbolic links of the pull in %s into files: %s; "
+                        "check that the pull directory is writable, or remove it and pull again" % (data_dir, exc))
         problems = mf.verify_directory(manifest, data_dir, allow_extra=args["allow_extra"], use_torch=args["use_torch"])
         result["problems"] = problems
         if problems:
@@ -82,7 +116,11 @@ class ActionModule(DocumentedAction):
             "tool": TOOL,
             "problems": [],
         }
-        write_atomic(verified_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        try:
+            write_atomic(verified_path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            return dict(result, failed=True, msg="the pull verified, but %s cannot be written: %s; make %s writable "
+                        "and run again" % (verified_path, exc, dest))
         result.update(changed=True, verified=True, manifest_sha256=pulled_sha, file_count=len(manifest["files"]),
                       total_bytes=record["total_bytes"],
                       msg="pulled and verified %d file(s), %d bytes" % (len(manifest["files"]), record["total_bytes"]))

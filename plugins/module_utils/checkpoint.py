@@ -10,9 +10,16 @@ Standard library only; runs on the target (Python 3.8+) and on the controller. N
 * PyTorch zip checkpoints (``torch.save`` since 1.6): every member passes its CRC test, there is a
   ``<prefix>/data.pkl`` member, its pickle stream parses to STOP (walked with ``pickletools.genops``),
   and every storage it references exists as ``<prefix>/data/<key>`` with at least the bytes it needs.
-* safetensors: the 8-byte little-endian header length, a JSON object header, and tensors whose
-  ``data_offsets`` tile the data area exactly, each as long as ``dtype`` and ``shape`` require.
+  torch.save stores members uncompressed; a compressed member is inflated only when it declares at most
+  ``MAX_INFLATE_BYTES`` (zip bombs are refused from the central directory, before any inflating).
+* safetensors: the 8-byte little-endian header length (at most ``MAX_SAFETENSORS_HEADER``, 100 MB, the cap of
+  the reference implementation), a JSON object header, and tensors whose ``data_offsets`` tile the data area
+  exactly, each as long as ``dtype`` and ``shape`` require.
 * legacy (pre-1.6, non-zip) torch.save files: the magic number and the four pickles that follow parse.
+* Every pickle may reference only the globals that ``torch.load(weights_only=True)`` allows
+  (``ALLOWED_GLOBALS``: torch's rebuild functions, storage and tensor types, dtypes, ``collections.OrderedDict``,
+  ``builtins.set`` ...). Any other global, such as ``os.system``, makes the file not loadable, and the problem
+  names it. Nothing is imported or executed.
 * When torch is importable, ``torch.load(weights_only=True)`` as well (optional, see ``use_torch``).
 
 Problems have the shape of manifest.py's (``{code, path, message}``), always with the code ``not_loadable``.
@@ -46,6 +53,44 @@ _SAFETENSORS_DTYPE_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
+# The default allow-list of torch.load(weights_only=True) (torch/_weights_only_unpickler.py, _get_allowed_globals),
+# as "module.name". Protocol-2 pickles name Python 2 modules (__builtin__, copy_reg), mapped as pickle maps them.
+_TORCH_DTYPES = (
+    "float32 float64 float16 bfloat16 complex32 complex64 complex128 uint8 int8 int16 int32 int64 bool "
+    "qint8 quint8 qint32 quint4x2 quint2x4 float8_e4m3fn float8_e5m2 float8_e4m3fnuz float8_e5m2fnuz "
+    "float8_e8m0fnu float4_e2m1fn_x2 uint16 uint32 uint64 bits1x8 bits2x4 bits4x2 bits8 bits16 "
+    "uint1 uint2 uint3 uint4 uint5 uint6 uint7 int1 int2 int3 int4 int5 int6 int7").split()
+_TORCH_ELEMENT_TYPES = "Double Float Half BFloat16 Long Int Short Char Byte Bool ComplexDouble ComplexFloat".split()
+_TORCH_REBUILD = (
+    "_rebuild_parameter _rebuild_parameter_with_state _rebuild_qtensor _rebuild_tensor _rebuild_tensor_v2 "
+    "_rebuild_tensor_v3 _rebuild_sparse_tensor _rebuild_meta_tensor_no_storage _rebuild_wrapper_subclass "
+    "_rebuild_device_tensor_from_numpy _rebuild_device_tensor_from_cpu_tensor").split()
+ALLOWED_GLOBALS = frozenset(
+    ["collections.OrderedDict", "collections.Counter", "torch.nn.parameter.Parameter",
+     "torch.serialization._get_layout", "torch.Size", "torch.Tensor", "torch.device", "_codecs.encode",
+     "builtins.bytearray", "builtins.set", "builtins.complex", "torch._tensor._rebuild_from_type_v2",
+     "torch.storage.TypedStorage", "torch.UntypedStorage", "torch.storage.UntypedStorage",
+     "torch.per_tensor_affine", "torch.per_tensor_symmetric", "torch.per_channel_affine",
+     "torch.per_channel_symmetric", "torch.per_channel_affine_float_qparams"]
+    + ["torch.%s" % name for name in _TORCH_DTYPES]
+    + ["torch._utils.%s" % name for name in _TORCH_REBUILD]
+    + ["%s.%sStorage" % (module, kind) for module in ("torch", "torch.cuda")
+       for kind in _TORCH_ELEMENT_TYPES + ["QInt8", "QUInt8", "QInt32", "QUInt4x2", "QUInt2x4"]]
+    + ["%s.%sTensor" % (module, kind) for module in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse")
+       for kind in _TORCH_ELEMENT_TYPES])
+try:
+    # how the unpickler (and torch's) maps the Python 2 names that protocols 0-2 write, e.g. __builtin__.set
+    from _compat_pickle import IMPORT_MAPPING as _PY2_MODULES, NAME_MAPPING as _PY2_NAMES
+except ImportError:  # pragma: no cover - CPython always has it
+    _PY2_MODULES, _PY2_NAMES = {"__builtin__": "builtins", "copy_reg": "copyreg"}, {}
+
+# Bounds of what the check reads: a compressed zip member declaring more is refused without inflating it, a
+# data.pkl larger than MAX_PICKLE_BYTES is not walked, a safetensors header above 100 MB (the reference cap) is
+# refused.
+MAX_INFLATE_BYTES = 256 * 1024 * 1024
+MAX_PICKLE_BYTES = 1024 * 1024 * 1024
+MAX_SAFETENSORS_HEADER = 100 * 1000 * 1000
+
 _CONSTANT_OPS = frozenset([
     "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
     "SHORT_BINSTRING", "BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG",
@@ -59,8 +104,24 @@ class _Global:
     """A GLOBAL reference seen in a pickle (never imported)."""
 
     def __init__(self, module, name):
+        if (module, name) in _PY2_NAMES:
+            module, name = _PY2_NAMES[(module, name)]
+        elif module in _PY2_MODULES:
+            module = _PY2_MODULES[module]
         self.module = module
         self.name = name
+
+    @property
+    def full_name(self):
+        return "%s.%s" % (self.module, self.name)
+
+    @property
+    def allowed(self):
+        return isinstance(self.module, str) and isinstance(self.name, str) and self.full_name in ALLOWED_GLOBALS
+
+
+class UnsafeGlobal(ValueError):
+    """A pickle references a global that torch.load(weights_only=True) refuses."""
 
 
 class _Opaque:
@@ -79,21 +140,52 @@ def pickle_persistent_ids(data):
     comes back as ``('storage', _Global, key, location, numel)``. Raises ValueError when the stream
     is malformed, truncated or does not end with STOP.
     """
+    return walk_pickle(data)[0]
+
+
+def check_globals(references):
+    """UnsafeGlobal naming every reference (``_Global``) outside ``ALLOWED_GLOBALS``; None when all are allowed."""
+    refused = sorted(set(ref.full_name for ref in references if not ref.allowed))
+    if refused:
+        raise UnsafeGlobal("references %s, which torch.load(weights_only=True) refuses (only torch's tensor, "
+                           "storage and dtype types, its rebuild functions, collections.OrderedDict and a few "
+                           "builtins are allowed); do not load it, save a state_dict of tensors instead"
+                           % ", ".join(refused))
+
+
+def walk_pickle(data):
+    """``(persistent ids, globals)`` of a pickle (bytes or a binary file), walked without executing it.
+
+    ``globals`` lists every ``_Global`` that GLOBAL, STACK_GLOBAL, INST or an extension code names (an
+    extension code comes back as the module ``copyreg._extension_registry``, never allowed).
+    """
     stack = []
     memo = {}
     pids = []
+    references = []
     last = None
     for opcode, arg, pos in pickletools.genops(data):
         last = opcode.name
         name = opcode.name
         if name in _CONSTANT_OPS:
             stack.append(arg)
-        elif name == "GLOBAL":
+        elif name in ("GLOBAL", "INST"):
             module, _sep, attr = str(arg).partition(" ")
-            stack.append(_Global(module, attr))
+            ref = _Global(module, attr)
+            references.append(ref)
+            if name == "GLOBAL":
+                stack.append(ref)
+            else:
+                _pop_to_mark(stack, pos)
+                stack.append(_Opaque())
         elif name == "STACK_GLOBAL":
             attr, module = _pop(stack, 1, pos), _pop(stack, 1, pos)
-            stack.append(_Global(module, attr))
+            ref = _Global(module if isinstance(module, str) else "?", attr if isinstance(attr, str) else "?")
+            references.append(ref)
+            stack.append(ref)
+        elif name in ("EXT1", "EXT2", "EXT4"):
+            references.append(_Global("copyreg._extension_registry", str(arg)))
+            stack.append(_Opaque())
         elif name == "MARK":
             stack.append(_MARK)
         elif name in ("TUPLE", "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"):
@@ -116,7 +208,7 @@ def pickle_persistent_ids(data):
             _generic(opcode, stack, pos)
     if last != "STOP":
         raise ValueError("the pickle does not end with STOP")
-    return pids
+    return pids, references
 
 
 def _top(stack, pos):
@@ -170,12 +262,45 @@ def _not_loadable(path, reason):
     return [{"code": "not_loadable", "path": path, "message": "%s is not loadable: %s" % (path, reason)}]
 
 
+def _zip_bomb(infos):
+    """A message when the compressed members would inflate to more than MAX_INFLATE_BYTES; None otherwise."""
+    total = 0
+    for info in infos:
+        if info.compress_type == zipfile.ZIP_STORED:
+            if info.file_size != info.compress_size:
+                return "stored zip member %s declares %d bytes but holds %d" % (
+                    info.filename, info.file_size, info.compress_size)
+            continue
+        total += info.file_size
+        if total > MAX_INFLATE_BYTES:
+            return ("zip member %s inflates to %d bytes (%d compressed); this check inflates at most %d bytes of "
+                    "compressed members, and torch.save stores its members uncompressed: a zip bomb or not a "
+                    "torch.save checkpoint" % (info.filename, info.file_size, info.compress_size, MAX_INFLATE_BYTES))
+    return None
+
+
+def _crc_check(archive, infos):
+    """The name of the first member that fails its CRC check, or None; reads each member once, in chunks."""
+    for info in infos:
+        try:
+            with archive.open(info) as member:
+                while member.read(1024 * 1024):
+                    pass
+        except zipfile.BadZipFile:
+            return info.filename
+    return None
+
+
 def check_torch_zip(path, label=None):
     """Problems (``not_loadable``) of a PyTorch zip checkpoint; an empty list when it looks loadable."""
     label = label or path
     try:
         with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
+            infos = archive.infolist()
+            bomb = _zip_bomb(infos)
+            if bomb:
+                return _not_loadable(label, bomb)
+            bad = _crc_check(archive, infos)
             if bad is not None:
                 return _not_loadable(label, "zip member %s fails its CRC check" % bad)
             names = archive.namelist()
@@ -183,8 +308,15 @@ def check_torch_zip(path, label=None):
             if len(pickles) != 1:
                 return _not_loadable(label, "expected one <prefix>/data.pkl member, found %d" % len(pickles))
             prefix = pickles[0][:-len("data.pkl")]
-            pids = pickle_persistent_ids(archive.read(pickles[0]))
-            sizes = dict((info.filename, info.file_size) for info in archive.infolist())
+            if archive.getinfo(pickles[0]).file_size > MAX_PICKLE_BYTES:
+                return _not_loadable(label, "%s is larger than the %d bytes this check walks"
+                                     % (pickles[0], MAX_PICKLE_BYTES))
+            with archive.open(pickles[0]) as stream:
+                pids, references = walk_pickle(stream)
+            check_globals(references)
+            sizes = dict((info.filename, info.file_size) for info in infos)
+    except UnsafeGlobal as exc:
+        return _not_loadable(label, "data.pkl %s" % exc)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
             NotImplementedError, RuntimeError) as exc:
         return _not_loadable(label, "broken zip archive (%s)" % exc)
@@ -193,26 +325,59 @@ def check_torch_zip(path, label=None):
     return _check_storages(label, prefix, pids, sizes)
 
 
+class _BoundedReader:
+    """A binary file's ``read``/``readline`` that never ask for more than what is left of the file.
+
+    pickletools reads a length-prefixed argument with one ``read(n)``; a forged length (2**60) would otherwise
+    allocate before it fails.
+    """
+
+    def __init__(self, handle, size):
+        self._handle = handle
+        self._size = size
+
+    def _left(self):
+        return max(0, self._size - self._handle.tell())
+
+    def read(self, count=-1):
+        left = self._left()
+        return self._handle.read(left if count is None or count < 0 else min(count, left))
+
+    def readline(self, limit=-1):
+        left = self._left()
+        return self._handle.readline(left if limit is None or limit < 0 else min(limit, left))
+
+    def tell(self):
+        return self._handle.tell()
+
+
 def check_torch_legacy(path, label=None):
     """Problems (``not_loadable``) of a pre-1.6 (non-zip) torch.save file.
 
     The file is a sequence of pickles: the magic number, the protocol version, sys_info, the object and
-    the storage keys, followed by raw storage bytes. The five pickles must parse and the magic number
-    must match; the raw storage bytes are not checked.
+    the storage keys, followed by raw storage bytes. The five pickles must parse, reference only allowed
+    globals, and the magic number must match; the raw storage bytes are not checked.
     """
     label = label or path
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb") as raw:
+            handle = _BoundedReader(raw, os.fstat(raw.fileno()).st_size)
             magic = _first_constant(handle)
             if magic != TORCH_LEGACY_MAGIC:
                 return _not_loadable(label, "a pickle without the torch.save magic number (not a torch checkpoint)")
             for part in ("protocol version", "sys_info", "object", "storage keys"):
                 try:
-                    pickle_persistent_ids(handle)
+                    _pids, references = walk_pickle(handle)
                 except ValueError as exc:
                     raise ValueError("the %s pickle does not parse (%s)" % (part, exc)) from exc
+                try:
+                    check_globals(references)
+                except UnsafeGlobal as exc:
+                    raise UnsafeGlobal("its %s pickle %s" % (part, exc)) from exc
     except OSError as exc:
         return _not_loadable(label, "cannot read it (%s)" % exc)
+    except UnsafeGlobal as exc:
+        return _not_loadable(label, "legacy torch file: %s" % exc)
     except ValueError as exc:
         return _not_loadable(label, "legacy torch file: %s" % exc)
     return []
@@ -266,6 +431,9 @@ def safetensors_header(path):
         raise ValueError("file is %d bytes, shorter than the 8-byte header length" % size)
     with open(path, "rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
+        if length > MAX_SAFETENSORS_HEADER:
+            raise ValueError("header length %d exceeds the %d-byte cap of safetensors (a forged or corrupt header)"
+                             % (length, MAX_SAFETENSORS_HEADER))
         if length > size - 8:
             raise ValueError("header length %d exceeds the %d bytes after it" % (length, size - 8))
         raw = handle.read(length)

@@ -6,16 +6,47 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 
 CHUNK_SIZE = 1024 * 1024
 
 
+def open_regular(path):
+    """A binary file object for ``path``, only when it is a regular file.
+
+    The file is opened without blocking (a FIFO put in its place does not hang the caller) and checked with
+    ``fstat`` on the opened descriptor, so a FIFO, a device or a directory raises OSError(EINVAL) instead of
+    being read.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (%s)" % file_kind(mode), path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def file_kind(mode):
+    """A word for the type of file in ``mode`` (from stat)."""
+    for test, word in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symbolic link"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return word
+    return "special file"
+
+
 def sha256_file(path, chunk_size=CHUNK_SIZE):
-    """``(hexdigest, bytes)`` of a file, read in ``chunk_size`` chunks."""
+    """``(hexdigest, bytes)`` of a regular file, read in ``chunk_size`` chunks; OSError for anything else."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while True:
             chunk = handle.read(chunk_size)
             if not chunk:

@@ -6,7 +6,8 @@
 
 Nothing is stopped, released, terminated or destroyed unless all of these hold:
   1. the pull was verified against the box's manifest (roster, bytes, sha256, checkpoints load);
-  2. the controller holds a PULL_VERIFIED.json for this host and run, for the manifest the box has now;
+  2. the controller holds a PULL_VERIFIED.json for this host and run, for the manifest the box has now, and it
+     lists at least one file (a verified pull of nothing never opens the gate);
   3. a person approved this host by name.
 Each refusal names the condition that failed.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
 
 VERIFIED_NAME = "PULL_VERIFIED.json"
 MANIFEST_NAME = "PULL_MANIFEST.json"
@@ -70,6 +73,11 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
             refusals.append(refusal("pull_verified_mismatch",
                                     "%s is for host %s run %s, not host %s run %s" % (
                                         VERIFIED_NAME, verified.get("host"), verified.get("run_id"), host, run_id)))
+        files = verified.get("files")
+        if not isinstance(files, list) or not files:
+            refusals.append(refusal("pull_verified_empty",
+                                    "%s for %s run %s lists no files: a verified pull of nothing proves nothing; "
+                                    "pull and verify the run's results" % (VERIFIED_NAME, host, run_id)))
         if verified.get("problems"):
             refusals.append(refusal("pull_not_verified", "the last verification found %d problem(s)" % len(verified["problems"])))
         if box_manifest_sha256 and verified.get("manifest_sha256") != box_manifest_sha256:
@@ -85,12 +93,22 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
     return refusals
 
 
+MAX_VERIFIED_BYTES = 256 * 1024 * 1024
+
+
 def load_verified(path):
-    """Parsed PULL_VERIFIED.json, or None when it is absent or unreadable (which refuses the gate)."""
+    """Parsed PULL_VERIFIED.json, or None when it is absent, unreadable or not a JSON object (which refuses the gate).
+
+    Only a regular file of at most MAX_VERIFIED_BYTES is read: a FIFO, a device or a directory in its place is
+    refused without blocking or reading on.
+    """
     try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_VERIFIED_BYTES + 1)
+        if len(raw) > MAX_VERIFIED_BYTES:
+            return None
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

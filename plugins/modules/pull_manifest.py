@@ -18,6 +18,7 @@ description:
     (C(PULL_MANIFEST.json)) outside that root, so that the pull to the controller can be verified against it
     before teardown (exact roster, bytes, sha256).
   - Every roster entry must exist as a regular file; a missing entry fails the task and names the file.
+  - The manifest lists at least one file; an empty roster is refused.
   - The manifest is written atomically (a temporary file in the same directory, fsync, then C(os.replace)). It is
     deterministic (sorted keys and paths, no timestamp), so an unchanged root gives C(changed=false).
 extends_documentation_fragment:
@@ -26,9 +27,20 @@ attributes:
   check_mode:
     support: full
     details: Hashes the roster and reports the manifest and whether it would change; writes nothing.
+notes:
+  - "Symbolic links: a roster entry may be a symbolic link (or lie under a linked directory) when the link, followed
+    to the end, reaches a regular file inside O(root), as in C(best.pt -> epoch_10.pt). The manifest records it
+    under its roster path with the bytes and sha256 of the file it points to, and M(remote_gpu.trainer.pull_verify)
+    turns it into a real file in the pull. A link that leaves O(root), points to nothing or loops is refused and
+    named, and nothing outside O(root) is read."
+  - "Paths: roster entries are relative to O(root); an absolute entry, a C(..) component, a NUL byte, a newline or
+    another control character is refused. A FIFO, a device, a socket or a directory on the roster is refused
+    without being opened. Files in O(root) that are not on the roster are not read."
+  - "Sizes: a O(roster_file) is a regular file of at most 16 MiB; a roster file that is a FIFO or a device is
+    refused without reading it."
 options:
   root:
-    description: The result root on the target; roster paths are relative to it.
+    description: The result root on the target; roster paths are relative to it. It cannot be V(/).
     type: path
     required: true
   roster:
@@ -113,12 +125,15 @@ msg:
 
 import hashlib
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind, open_regular
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.manifest import (
     ManifestError,
     build_manifest,
+    inside as mf_inside,
     manifest_bytes,
     read_roster_file,
 )
@@ -129,13 +144,19 @@ def default_manifest_path(root):
 
 
 def inside(path, root):
-    real_path, real_root = os.path.realpath(path), os.path.realpath(root)
-    return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
+    return mf_inside(os.path.realpath(path), os.path.realpath(root))
+
+
+def check_path(label, value):
+    """``value`` unless it holds a control character, which no path option may (ManifestError)."""
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ManifestError("%s %r holds a control character (NUL, newline, ...); give a plain path" % (label, value))
+    return value
 
 
 def current_bytes(path):
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             return handle.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
@@ -144,15 +165,25 @@ def current_bytes(path):
 def run(module, result):
     """Build the manifest and write it unless it is unchanged. Fills ``result``; raises ManifestError (only)."""
     params = module.params
-    root = os.path.normpath(params["root"])
+    root = os.path.normpath(check_path("root", params["root"]))
     if not os.path.isdir(root):
         raise ManifestError("root %s is not a directory" % root)
-    path = params["manifest_path"] or default_manifest_path(root)
+    if os.path.realpath(root) == os.sep:
+        raise ManifestError("root %s is the whole filesystem; give the run's result directory" % root)
+    path = check_path("manifest_path", params["manifest_path"] or default_manifest_path(root))
     result["manifest_path"] = path
     if inside(path, root):
         raise ManifestError("manifest_path %s lies inside root %s; write it outside the root so that it is not "
                             "part of what it describes" % (path, root))
-    roster = params["roster"] if params["roster"] is not None else read_roster_file(params["roster_file"])
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ManifestError("manifest_path %s is a %s, not a regular file; give a file path outside the root"
+                            % (path, file_kind(mode)))
+    roster = (params["roster"] if params["roster"] is not None
+              else read_roster_file(check_path("roster_file", params["roster_file"])))
     manifest = build_manifest(root, roster)
     manifest["run_id"] = params["run_id"]
     data = manifest_bytes(manifest)

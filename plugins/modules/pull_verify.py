@@ -23,6 +23,7 @@ description:
     is added when torch is importable.
   - Writes C(PULL_VERIFIED.json) (host, run id, manifest sha256, files, time, tool version) only when everything
     matches. It first removes an older one, so a failed re-verification cannot leave the teardown gate open.
+  - A manifest that lists no files is refused, so a verified pull always holds at least one file.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
 attributes:
@@ -68,6 +69,21 @@ options:
     default: 3600
 notes:
   - Needs C(rsync) on the controller and on the box.
+  - "Symbolic links: a verified pull holds real files with the manifest's bytes. A roster entry that arrives as a
+    symbolic link (C(best.pt -> epoch_10.pt)), or under a linked directory, whose target is a regular file inside
+    the pull is replaced by a real file (a hard link to that file, or a copy) before the comparison. A roster
+    entry that is still a link, because it leads outside the pull or to nothing, is the problem C(symlink) and is
+    never read. Links, FIFOs and devices that are not on the roster are C(extra) (unless O(allow_extra)) and are
+    not read either."
+  - "Loadability: a pickle in a checkpoint may reference only the globals that C(torch.load(weights_only=True))
+    allows by default (torch's tensor, storage and dtype types, its rebuild functions, C(collections.OrderedDict),
+    C(builtins.set) and a few more). Any other global, such as C(os.system), makes the file C(not_loadable) and
+    the message names it. Nothing is imported or executed."
+  - "Sizes: a compressed zip member that declares more than 256 MiB is refused without inflating it (torch.save
+    stores members uncompressed); a C(data.pkl) over 1 GiB is not walked; a safetensors header length over
+    100 MB (the cap of the reference implementation) is refused; a pulled manifest over 256 MiB is refused."
+  - "Paths: O(pull_root) must be writable. A C(data) that is a file or a link, and a C(PULL_VERIFIED.json) that is a
+    directory, fail with what to remove."
 """
 
 EXAMPLES = r"""
@@ -86,7 +102,10 @@ verified:
   returned: always
   sample: true
 problems:
-  description: Each mismatch, with a code (C(missing), C(extra), C(size_mismatch), C(sha256_mismatch), C(not_loadable)), the path and a message.
+  description:
+    - Each mismatch, with a code, the path and a message.
+    - The codes are C(missing), C(extra), C(symlink) (a roster path that is a link in the pull), C(not_a_file)
+      (a FIFO, device or directory on a roster path), C(size_mismatch), C(sha256_mismatch) and C(not_loadable).
   type: list
   elements: dict
   returned: always

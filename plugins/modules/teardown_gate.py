@@ -17,8 +17,10 @@ description:
   - Runs on the controller (an action plugin) before the meter-stop verb of the platform profile.
   - The gate is open only when all of these hold, and each refusal names the condition that failed.
   - The controller holds a C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only
-    when roster, bytes, sha256 and checkpoint loadability all matched), it recorded no problem, and its manifest is the
-    manifest the box has now.
+    when roster, bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one
+    file (a verified pull of nothing never opens the gate), and its manifest is the manifest the box has now.
+  - A C(PULL_VERIFIED.json) that is not a regular file (a directory, a FIFO, a device) or not a JSON object counts as
+    absent, and is read up to 256 MiB only.
   - A person approved this host by name. A blanket word such as V(all) or V(yes) is refused.
   - The meter-stop command holds no unresolved C($VAR) placeholder from the profile.
   - Fails the host when the gate is closed. In check mode it reports the refusals without failing.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 
 import pytest
@@ -16,6 +17,7 @@ from ansible_collections.remote_gpu.trainer.plugins.action import pull_verify
 from ansible_collections.remote_gpu.trainer.plugins.action import teardown_gate
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.modules import pull_manifest
 
 from controller_actions import make_connection, run_action
 
@@ -202,3 +204,148 @@ def test_the_argument_spec_comes_from_the_documentation():
     assert spec["pull"] == {"type": "bool", "default": True}
     assert spec["src"] == {"type": "str", "required": True}
     assert pull_verify.ActionModule._VALID_ARGS == frozenset(spec)  # pylint: disable=protected-access
+
+
+# --------------------------------------------------------------------------- links, empty manifests, hostile paths
+
+
+def safetensors_bytes(count):
+    """A valid safetensors file of one U8 tensor of ``count`` bytes."""
+    header = json.dumps({"w": {"dtype": "U8", "shape": [count], "data_offsets": [0, count]}}).encode()
+    return len(header).to_bytes(8, "little") + header + b"E" * count
+
+
+EPOCH = safetensors_bytes(5000)
+
+
+@pytest.fixture
+def linked_box(tmp_path):
+    """A result root where best.safetensors -> epoch_10.safetensors and latest -> ckpt (links inside the root),
+    with its manifest."""
+    root = tmp_path / "box" / "runs" / RUN
+    write_tree(root, {"epoch_10.safetensors": EPOCH, "ckpt/notes.txt": b"n\n"})
+    (root / "best.safetensors").symlink_to("epoch_10.safetensors")
+    (root / "latest").symlink_to("ckpt", target_is_directory=True)
+    roster = ["best.safetensors", "epoch_10.safetensors", "latest/notes.txt"]
+    data = mf.manifest_bytes(dict(mf.build_manifest(str(root), roster), run_id=RUN))
+    manifest_path = root.parent / ("PULL_MANIFEST.%s.json" % RUN)
+    manifest_path.write_bytes(data)
+    return {"root": root, "manifest_path": manifest_path, "sha": hashlib.sha256(data).hexdigest()}
+
+
+def copy_keeping_links(box, pulls):
+    """What rsync -a leaves on the controller: the links arrive as links."""
+    dest = pull_dir(pulls)
+    shutil.copytree(str(box["root"]), str(dest / teardown.DATA_DIR), symlinks=True)
+    shutil.copyfile(str(box["manifest_path"]), str(dest / teardown.MANIFEST_NAME))
+    return dest
+
+
+def assert_real_files(data, rels):
+    for rel in rels:
+        assert mf.link_in_path(str(data), rel) is None, rel
+        assert os.path.isfile(str(data / rel))
+
+
+def test_links_inside_the_root_are_pulled_as_real_files_and_verified(linked_box, pulls):
+    dest = copy_keeping_links(linked_box, pulls)
+    result = verify(linked_box, pulls, allow_extra=True)
+    assert not result.get("failed"), result["msg"]
+    assert result["verified"] is True and result["file_count"] == 3
+    assert_real_files(dest / teardown.DATA_DIR, ["best.safetensors", "epoch_10.safetensors", "latest/notes.txt"])
+    assert (dest / teardown.DATA_DIR / "best.safetensors").read_bytes() == EPOCH
+
+
+def test_links_inside_the_root_over_rsync_end_to_end(linked_box, pulls):
+    if shutil.which("rsync") is None:
+        pytest.skip("rsync is not installed")
+    result = verify(linked_box, pulls, pull=True, allow_extra=True)
+    assert not result.get("failed"), result["msg"]
+    data = pull_dir(pulls) / teardown.DATA_DIR
+    assert_real_files(data, ["best.safetensors", "epoch_10.safetensors", "latest/notes.txt"])
+    # the next pull puts the links back; they are made real again and the pull verifies again
+    assert verify(linked_box, pulls, pull=True, allow_extra=True)["verified"] is True
+    assert_real_files(data, ["best.safetensors", "latest/notes.txt"])
+
+
+@pytest.mark.parametrize("retarget", ["outside", "nowhere"])
+def test_a_roster_link_that_leaves_the_pull_or_dangles_is_never_verified(linked_box, pulls, tmp_path, retarget):
+    dest = copy_keeping_links(linked_box, pulls)
+    assert not verify(linked_box, pulls, allow_extra=True).get("failed")   # an older verification exists
+    best = dest / teardown.DATA_DIR / "best.safetensors"
+    best.unlink()
+    if retarget == "outside":
+        (tmp_path / "controller-file").write_bytes(EPOCH)      # even the right bytes do not count
+        best.symlink_to(tmp_path / "controller-file")
+    else:
+        best.symlink_to("gone.safetensors")
+    result = verify(linked_box, pulls, allow_extra=True)
+    assert result["failed"] is True and result["verified"] is False
+    assert [(p["code"], p["path"]) for p in result["problems"]] == [("symlink", "best.safetensors")]
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+    gate = run_action(teardown_gate.ActionModule, {"run_id": RUN, "pull_root": str(pulls),
+                                                   "manifest_sha256": linked_box["sha"], "approve": HOST}, host=HOST)
+    assert gate["open"] is False and "no_pull_verified" in [r["code"] for r in gate["refusals"]]
+
+
+def test_a_manifest_with_no_files_is_never_verified(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    empty = b'{"files": [], "root": "/r", "total_bytes": 0, "version": 1}\n'
+    (dest / teardown.MANIFEST_NAME).write_bytes(empty)
+    result = verify(box, pulls, manifest_sha256=hashlib.sha256(empty).hexdigest(), allow_extra=True)
+    assert result["failed"] is True and "lists no files" in result["msg"]
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+
+
+def test_a_verified_file_that_is_a_directory_fails_with_what_to_remove(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    (dest / teardown.VERIFIED_NAME).mkdir()
+    result = verify(box, pulls)
+    assert result["failed"] is True and "is a directory" in result["msg"] and "remove it" in result["msg"]
+
+
+def test_a_data_path_that_is_a_file_fails_with_what_to_remove(box, pulls):
+    pull_dir(pulls).mkdir(parents=True)
+    (pull_dir(pulls) / teardown.DATA_DIR).write_bytes(b"not a directory")
+    result = verify(box, pulls)
+    assert result["failed"] is True and "is not a directory" in result["msg"]
+
+
+def test_a_pull_root_that_cannot_be_written_fails_cleanly(box, pulls, monkeypatch):
+    def read_only(*_args, **_kwargs):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(pull_verify.os, "makedirs", read_only)
+    result = verify(box, pulls)
+    assert result["failed"] is True and "Read-only file system" in result["msg"]
+    assert "writable pull_root" in result["msg"]
+
+
+def test_a_pulled_manifest_that_is_a_fifo_fails_without_hanging(box, pulls):
+    dest = copy_to_controller(box, pulls)
+    (dest / teardown.MANIFEST_NAME).unlink()
+    os.mkfifo(str(dest / teardown.MANIFEST_NAME))
+    result = verify(box, pulls)
+    assert result["failed"] is True and result["msg"].startswith("cannot read the pulled manifest")
+
+
+def test_pull_manifest_then_pull_verify_with_links_in_and_out_of_the_root(module_runner, tmp_path, pulls):
+    """Both sides for real: pull_manifest's main() on the box root, then pull_verify (rsync over the local transport
+    when installed, else the copy rsync -a leaves)."""
+    root = tmp_path / "box" / RUN
+    write_tree(root, {"epoch_10.safetensors": EPOCH})
+    (root / "best.safetensors").symlink_to("epoch_10.safetensors")
+    failed, made = module_runner(pull_manifest, {"root": str(root), "roster": ["best.safetensors"], "run_id": RUN})
+    assert not failed, made["msg"]
+    box_args = {"root": root, "manifest_path": pathlib.Path(made["manifest_path"]), "sha": made["sha256"]}
+    rsync_there = shutil.which("rsync") is not None
+    if not rsync_there:
+        copy_keeping_links(box_args, pulls)
+    result = verify(box_args, pulls, pull=rsync_there, allow_extra=True)
+    assert result["verified"] is True, result["msg"]
+    assert_real_files(pull_dir(pulls) / teardown.DATA_DIR, ["best.safetensors"])
+
+    (tmp_path / "secret").write_bytes(b"key")
+    (root / "leak.safetensors").symlink_to(tmp_path / "secret")
+    failed, made = module_runner(pull_manifest, {"root": str(root), "roster": ["best.safetensors", "leak.safetensors"]})
+    assert failed and "leak.safetensors" in made["msg"] and "leads outside the root" in made["msg"]
+    assert made["sha256"] == ""   # the playbook skips pull_verify, and the gate stays closed (manifest_unknown)

@@ -28,7 +28,8 @@ def write_verified(pulls, host=HOST, run_id=RUN, sha=SHA, problems=(), where=Non
     """A PULL_VERIFIED.json as pull_verify writes it, in the pull directory of ``where`` (host, run)."""
     directory = pulls.joinpath(*(where or (HOST, RUN)))
     directory.mkdir(parents=True, exist_ok=True)
-    record = {"host": host, "run_id": run_id, "manifest_sha256": sha, "files": [], "total_bytes": 0,
+    record = {"host": host, "run_id": run_id, "manifest_sha256": sha, "total_bytes": 1,
+              "files": [{"path": "best.pt", "bytes": 1, "sha256": "b" * 64}],
               "problems": list(problems)}
     (directory / teardown.VERIFIED_NAME).write_text(json.dumps(record))
     return directory
@@ -184,3 +185,13 @@ def test_bad_arguments_are_refused_before_anything_is_read(pulls, args, message)
     write_verified(pulls)
     with pytest.raises(AnsibleActionFail, match=message):
         run_action(ActionModule, dict(args, pull_root=str(pulls)), host=HOST)
+
+
+def test_a_verified_pull_with_no_files_keeps_the_gate_closed(pulls):
+    directory = write_verified(pulls)
+    record = json.loads((directory / teardown.VERIFIED_NAME).read_text())
+    record.update(files=[], total_bytes=0)
+    (directory / teardown.VERIFIED_NAME).write_text(json.dumps(record))
+    result = gate(pulls)
+    assert result["open"] is False and result["failed"] is True and codes(result) == ["pull_verified_empty"]
+    assert "lists no files" in result["msg"]

@@ -9,11 +9,13 @@ from __future__ import annotations
 import collections
 import io
 import json
+import os
 import pickle
 import struct
 import sys
 import types
 import zipfile
+import zlib
 
 import pytest
 
@@ -135,3 +137,61 @@ def write_torch_legacy(path, torch, magic=TORCH_LEGACY_MAGIC, cut=None):
 
 def codes(problems):
     return [p["code"] for p in problems]
+
+
+class Evil:
+    """Pickles to a call of ``func(*args)`` (``__reduce__``); only ever pickled here, never unpickled."""
+
+    def __init__(self, func, args):
+        self.func = func
+        self.args = args
+
+    def __reduce__(self):
+        return self.func, self.args
+
+
+def evil_pickle(func=os.system, args=("touch /tmp/pwned",), protocol=2, wrap=True):
+    """A real malicious pickle: a dict whose value calls ``func(*args)`` when unpickled (it is never unpickled)."""
+    payload = {"model": collections.OrderedDict(), "epoch": Evil(func, args)} if wrap else Evil(func, args)
+    return pickle.dumps(payload, protocol=protocol)
+
+
+def write_legacy_with(path, object_pickle):
+    """A pre-1.6 torch.save layout whose object pickle is ``object_pickle``."""
+    data = (pickle.dumps(TORCH_LEGACY_MAGIC, protocol=2) + pickle.dumps(1001, protocol=2)
+            + pickle.dumps({"protocol_version": 1001, "little_endian": True}, protocol=2)
+            + object_pickle + pickle.dumps([], protocol=2))
+    path.write_bytes(data)
+    return path
+
+
+def _deflate_zeros(count):
+    """``(raw deflate stream, crc32)`` of ``count`` MiB of zero bytes, built from one repeated full-flush block."""
+    chunk = b"\x00" * (1024 * 1024)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = compressor.compress(chunk) + compressor.flush(zlib.Z_FULL_FLUSH)
+    tail = compressor.flush()
+    crc = 0
+    for _index in range(count):
+        crc = zlib.crc32(chunk, crc)
+    return block * count + tail, crc
+
+
+def write_zip_bomb(path, mebibytes=2048, member="archive/data/0"):
+    """A torch-like zip (a stored data.pkl and one deflated member) whose member inflates to ``mebibytes`` MiB of
+    zeros from about 1 KiB per MiB on disk: a real zip bomb, written by hand without inflating anything."""
+    members = [("archive/data.pkl", 0, pickle.dumps({"w": 1}, protocol=2), None, None)]
+    stream, crc = _deflate_zeros(mebibytes)
+    members.append((member, 8, stream, crc, mebibytes * 1024 * 1024))
+    out, central = b"", b""
+    for name, method, data, crc_value, size in members:
+        raw_name = name.encode("ascii")
+        crc_value = zlib.crc32(data) if crc_value is None else crc_value
+        size = len(data) if size is None else size
+        fields = struct.pack("<HHHHHIIIHH", 20, 0, method, 0, 0x21, crc_value, len(data), size, len(raw_name), 0)
+        central += (struct.pack("<IH", 0x02014B50, 20) + fields + struct.pack("<HHHII", 0, 0, 0, 0, len(out))
+                    + raw_name)
+        out += struct.pack("<I", 0x04034B50) + fields + raw_name + data
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(central), len(out), 0)
+    path.write_bytes(out + central + end)
+    return path

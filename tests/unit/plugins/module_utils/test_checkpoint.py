@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import builtins
 import collections
+import os
 import pickle
 import struct
+import subprocess
 import zipfile
 
 import pytest
@@ -14,6 +17,9 @@ from checkpoint_files import (  # noqa: F401 pylint: disable=unused-import
     FakeStorage,
     FakeTensor,
     codes,
+    evil_pickle,
+    write_legacy_with,
+    write_zip_bomb,
     fake_torch,
     flip_byte_in_member,
     torch_pickle,
@@ -205,3 +211,87 @@ def test_unrecognised_format_is_not_loadable(tmp_path):
     path.write_bytes(b"not a checkpoint at all")
     problems = ck.check_loadable(str(path))
     assert codes(problems) == ["not_loadable"] and "unrecognised" in problems[0]["message"]
+
+
+# --------------------------------------------------------------------------- hostile inputs
+
+
+def test_a_pickle_calling_os_system_is_not_loadable_and_the_global_is_named(tmp_path, fake_torch):
+    path = write_torch_zip(tmp_path / "best.pt", fake_torch, data_pkl=evil_pickle(os.system, ("touch pwned",)))
+    problems = ck.check_loadable(str(path), label="best.pt", use_torch=False)
+    assert codes(problems) == ["not_loadable"]
+    assert "references %s.system" % os.system.__module__ in problems[0]["message"]
+    assert "weights_only=True" in problems[0]["message"]
+    assert not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
+
+
+@pytest.mark.parametrize("func, name, protocol", [
+    (builtins.eval, "builtins.eval", 2),            # GLOBAL __builtin__ eval, mapped to builtins
+    (builtins.exec, "builtins.exec", 4),            # STACK_GLOBAL (protocol 4)
+    (subprocess.call, "subprocess.call", 0),        # text protocol
+    (getattr, "builtins.getattr", 3),
+])
+def test_every_unsafe_global_is_refused_in_every_protocol(tmp_path, fake_torch, func, name, protocol):
+    path = write_torch_zip(tmp_path / "m.pt", fake_torch, data_pkl=evil_pickle(func, ("1",), protocol=protocol))
+    problems = ck.check_torch_zip(str(path))
+    assert codes(problems) == ["not_loadable"] and name in problems[0]["message"]
+
+
+def test_inst_and_extension_opcodes_are_refused(tmp_path, fake_torch):
+    inst = b"(S'touch pwned'\nios\nsystem\n."        # INST os system: a class call by name
+    path = write_torch_zip(tmp_path / "inst.pt", fake_torch, data_pkl=inst)
+    assert "os.system" in ck.check_torch_zip(str(path))[0]["message"]
+    ext = b"\x80\x02\x82\x01)R."                     # EXT1 1: a global from copyreg's extension registry
+    path = write_torch_zip(tmp_path / "ext.pt", fake_torch, data_pkl=ext)
+    assert "copyreg._extension_registry" in ck.check_torch_zip(str(path))[0]["message"]
+
+
+def test_the_allow_list_keeps_what_torch_save_writes(fake_torch):
+    data = torch_pickle(fake_torch, {"w": FakeTensor(FakeStorage("0", 6), (2, 3)), "s": {1}, "b": bytearray(b"x"),
+                                     "c": 1 + 2j, "o": collections.OrderedDict(a=1)})
+    _pids, references = ck.walk_pickle(data)
+    assert sorted(set(ref.full_name for ref in references)) == [
+        "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set", "collections.OrderedDict",
+        "torch.FloatStorage", "torch._utils._rebuild_tensor_v2"]
+    ck.check_globals(references)
+
+
+def test_a_legacy_file_with_an_unsafe_object_pickle_is_not_loadable(tmp_path):
+    path = write_legacy_with(tmp_path / "old.pth", evil_pickle(os.system, ("true",)))
+    problems = ck.check_loadable(str(path), use_torch=False)
+    assert codes(problems) == ["not_loadable"] and "object pickle" in problems[0]["message"]
+    assert "%s.system" % os.system.__module__ in problems[0]["message"]
+
+
+def test_a_forged_string_length_in_a_legacy_file_is_a_parse_error_not_a_memory_error(tmp_path):
+    path = tmp_path / "old.pth"
+    path.write_bytes(pickle.dumps(ck.TORCH_LEGACY_MAGIC, protocol=2) + b"\x80\x04\x8d" + struct.pack("<Q", 2 ** 60)
+                     + b"abc")
+    problems = ck.check_loadable(str(path), use_torch=False)
+    assert codes(problems) == ["not_loadable"] and "does not parse" in problems[0]["message"]
+
+
+def test_a_zip_bomb_is_refused_without_inflating_it(tmp_path, monkeypatch):
+    path = write_zip_bomb(tmp_path / "bomb.pt", mebibytes=8)
+    monkeypatch.setattr(ck, "MAX_INFLATE_BYTES", 4 * 1024 * 1024)
+    inflated = []
+    monkeypatch.setattr(ck, "_crc_check", lambda *args: inflated.append(args))
+    problems = ck.check_torch_zip(str(path))
+    assert codes(problems) == ["not_loadable"] and "inflates to 8388608 bytes" in problems[0]["message"]
+    assert inflated == []
+
+
+def test_a_small_compressed_member_is_still_checked(tmp_path, monkeypatch):
+    path = write_zip_bomb(tmp_path / "small.pt", mebibytes=2)
+    monkeypatch.setattr(ck, "MAX_INFLATE_BYTES", 4 * 1024 * 1024)
+    problems = ck.check_torch_zip(str(path))   # inflated and CRC-checked; its data.pkl names no storage
+    assert problems == []
+
+
+def test_a_safetensors_header_length_over_the_cap_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.safetensors"
+    with open(str(path), "wb") as handle:
+        handle.write(struct.pack("<Q", ck.MAX_SAFETENSORS_HEADER + 1) + b"{")
+        handle.truncate(ck.MAX_SAFETENSORS_HEADER + 64)     # sparse: the header length is within the file
+    problems = ck.check_safetensors(str(path))
+    assert codes(problems) == ["not_loadable"] and "100000000-byte cap" in problems[0]["message"]

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 
 import pytest
 
@@ -144,3 +146,117 @@ def test_verify_directory_checks_roster_then_loadability(tmp_path, fake_torch):
     rebuilt = mf.build_manifest(str(root), ["best.pt", "last.safetensors", "metrics.json"])
     problems = mf.verify_directory(rebuilt, str(root), use_torch=False)
     assert [(p["code"], p["path"]) for p in problems] == [("not_loadable", "best.pt")]
+
+
+# --------------------------------------------------------------------------- hostile rosters and links
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("a\x00b", "control character"),
+    ("best.pt\nmetrics.json", "control character"),
+    ("ckpt/../best.bin", "'..' component"),
+    ("ckpt/..", "'..' component"),
+])
+def test_hostile_roster_entries_are_refused(entry, message):
+    with pytest.raises(mf.ManifestError, match=message):
+        mf.normalize_rel(entry)
+
+
+def test_a_link_inside_the_root_is_recorded_as_the_file_it_points_to(result_root):
+    (result_root / "best.bin").symlink_to("ckpt/best.bin")
+    (result_root / "latest").symlink_to("ckpt", target_is_directory=True)
+    got = mf.build_manifest(str(result_root), ["best.bin", "latest/best.bin", "ckpt/best.bin"])
+    digests = set((f["bytes"], f["sha256"]) for f in got["files"])
+    assert [f["path"] for f in got["files"]] == ["best.bin", "ckpt/best.bin", "latest/best.bin"]
+    assert digests == {(3000, hashlib.sha256(b"\x01" * 3000).hexdigest())}
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root, out: (root / "leak").symlink_to(out / "secret"), "leads outside the root"),
+    (lambda root, out: (root / "leak").symlink_to("../outside/secret"), "leads outside the root"),
+    (lambda root, out: (root / "leak").symlink_to("nothing-here"), "to nothing"),
+    (lambda root, out: ((root / "leak").symlink_to("loop"), (root / "loop").symlink_to("leak")), "cannot be resolved"),
+    (lambda root, out: os.mkfifo(str(root / "leak")), "not a regular file but a FIFO"),
+])
+def test_links_out_of_the_root_dangling_links_loops_and_fifos_are_refused(result_root, tmp_path, make, message):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"credential")
+    make(result_root, outside)
+    with pytest.raises(mf.ManifestError, match=message):
+        mf.build_manifest(str(result_root), ["leak"])
+
+
+def test_a_directory_link_out_of_the_root_is_refused(result_root, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "w.bin").write_bytes(b"w")
+    (result_root / "shared").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(mf.ManifestError, match="shared -> .*leads outside the root"):
+        mf.build_manifest(str(result_root), ["shared/w.bin"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_device_on_the_roster_is_refused_without_reading_it(result_root):
+    os.mknod(str(result_root / "zero"), 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero
+    with pytest.raises(mf.ManifestError, match="character device"):
+        mf.build_manifest(str(result_root), ["zero"])
+
+
+def test_a_manifest_with_no_files_is_refused():
+    with pytest.raises(mf.ManifestError, match="lists no files"):
+        mf.load_manifest('{"version": 1, "files": []}')
+
+
+def test_roster_file_that_is_a_fifo_or_too_large_is_refused(tmp_path, monkeypatch):
+    fifo = tmp_path / "roster"
+    os.mkfifo(str(fifo))
+    with pytest.raises(mf.ManifestError, match="FIFO"):
+        mf.read_roster_file(str(fifo))
+    big = tmp_path / "big"
+    big.write_text("a\n" * 10)
+    monkeypatch.setattr(mf, "MAX_ROSTER_FILE_BYTES", 8)
+    with pytest.raises(mf.ManifestError, match="larger than 8 bytes"):
+        mf.read_roster_file(str(big))
+
+
+def test_a_link_in_the_copy_is_a_symlink_problem_and_is_never_read(pulled, tmp_path):
+    built, copy = pulled
+    secret = tmp_path / "secret"
+    secret.write_bytes((copy / "notes.txt").read_bytes())   # the same bytes: only the link is wrong
+    (copy / "notes.txt").unlink()
+    (copy / "notes.txt").symlink_to(secret)
+    problems = mf.compare_manifest(built, str(copy))
+    assert [(p["code"], p["path"]) for p in problems] == [("symlink", "notes.txt")]
+    assert "a verified pull holds real files" in problems[0]["message"]
+
+
+def test_a_fifo_in_the_copy_is_not_a_file_and_does_not_hang(pulled):
+    built, copy = pulled
+    (copy / "notes.txt").unlink()
+    os.mkfifo(str(copy / "notes.txt"))
+    assert [(p["code"], p["path"]) for p in mf.compare_manifest(built, str(copy))] == [("not_a_file", "notes.txt")]
+
+
+def test_links_and_fifos_not_on_the_roster_are_extra(pulled):
+    built, copy = pulled
+    (copy / "dangling").symlink_to("nowhere")
+    (copy / "dirlink").symlink_to("ckpt", target_is_directory=True)
+    os.mkfifo(str(copy / "pipe"))
+    extras = [p["path"] for p in mf.compare_manifest(built, str(copy)) if p["code"] == "extra"]
+    assert extras == ["dangling", "dirlink", "pipe"]
+
+
+def test_materialize_links_makes_links_inside_real_and_leaves_links_out(tmp_path):
+    copy = tmp_path / "copy"
+    (copy / "epoch_10").mkdir(parents=True)
+    (copy / "epoch_10" / "model.pt").write_bytes(b"M" * 10)
+    (copy / "best.pt").symlink_to("epoch_10/model.pt")
+    (copy / "latest").symlink_to("epoch_10", target_is_directory=True)
+    (tmp_path / "out.pt").write_bytes(b"O")
+    (copy / "leak.pt").symlink_to(tmp_path / "out.pt")
+    manifest = {"files": [{"path": p} for p in ("best.pt", "epoch_10/model.pt", "latest/model.pt", "leak.pt")]}
+    assert mf.materialize_links(manifest, str(copy)) == ["best.pt", "latest/model.pt"]
+    for rel in ("best.pt", "latest/model.pt"):
+        assert mf.link_in_path(str(copy), rel) is None and (copy / rel).read_bytes() == b"M" * 10
+    assert (copy / "latest").is_dir() and not (copy / "latest").is_symlink()
+    assert (copy / "leak.pt").is_symlink() and (tmp_path / "out.pt").read_bytes() == b"O"

@@ -14,7 +14,8 @@ SHA = "a" * 64
 
 
 def verified(host="lab-01", run_id="exp42", sha=SHA, problems=None):
-    return {"host": host, "run_id": run_id, "manifest_sha256": sha, "problems": problems or []}
+    return {"host": host, "run_id": run_id, "manifest_sha256": sha, "problems": problems or [],
+            "files": [{"path": "best.pt", "bytes": 1, "sha256": "b" * 64}]}
 
 
 def codes(refusals):
@@ -87,3 +88,18 @@ def test_unresolved_placeholders():
 def test_version_matches_galaxy_yml():
     galaxy = yaml.safe_load((pathlib.Path(__file__).resolve().parents[4] / "galaxy.yml").read_text())
     assert galaxy["version"] == COLLECTION_VERSION
+
+
+@pytest.mark.parametrize("files", [[], None, "best.pt", {"path": "best.pt"}])
+def test_a_verified_pull_of_nothing_never_opens_the_gate(files):
+    record = verified()
+    if files is None:
+        del record["files"]
+    else:
+        record["files"] = files
+    assert codes(teardown.gate_refusals("lab-01", "exp42", record, SHA, {"lab-01"})) == ["pull_verified_empty"]
+
+
+def test_a_verified_file_that_is_a_directory_refuses(tmp_path):
+    (tmp_path / teardown.VERIFIED_NAME).mkdir()
+    assert teardown.load_verified(str(tmp_path / teardown.VERIFIED_NAME)) is None

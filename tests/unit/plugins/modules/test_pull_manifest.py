@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 
 import pytest
 
@@ -114,3 +115,39 @@ def test_default_path_ignores_a_trailing_slash_on_root(module_runner, root):
     failed, result = module_runner(pull_manifest, {"root": str(root) + "/", "roster": ["metrics.json"]})
     assert not failed and result["manifest_path"] == str(default_path(root))
     assert result["manifest"]["root"] == str(root)
+
+
+def test_a_link_inside_the_root_is_listed_as_its_target(module_runner, root):
+    (root / "best.pt").symlink_to("ckpt/best.pt")
+    failed, result = module_runner(pull_manifest, {"root": str(root), "roster": ["best.pt", "ckpt/best.pt"]})
+    assert not failed, result["msg"]
+    assert [f["sha256"] for f in result["manifest"]["files"]] == [hashlib.sha256(b"B" * 4096).hexdigest()] * 2
+
+
+def test_a_link_out_of_the_root_fails_and_writes_nothing(module_runner, root, tmp_path):
+    (tmp_path / "id_rsa").write_bytes(b"secret")
+    (root / "best.pt").symlink_to(tmp_path / "id_rsa")
+    failed, result = module_runner(pull_manifest, {"root": str(root), "roster": ["best.pt"]})
+    assert failed and "leads outside the root" in result["msg"] and "best.pt" in result["msg"]
+    assert not default_path(root).exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"root": "/", "manifest_path": "/tmp/m.json"}, "whole filesystem"),
+    ({"root": "/tmp/a\x00b"}, "control character"),
+])
+def test_hostile_paths_fail_with_a_message(module_runner, root, args, message):
+    full = {"root": str(root), "roster": ["metrics.json"]}
+    full.update(args)
+    failed, result = module_runner(pull_manifest, full)
+    assert failed and message in result["msg"], result["msg"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_manifest_path_that_is_a_device_is_never_replaced(module_runner, root, tmp_path):
+    null = tmp_path / "null"   # a null device of its own: a regression must not replace the machine's /dev/null
+    os.mknod(str(null), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    failed, result = module_runner(pull_manifest, {"root": str(root), "roster": ["metrics.json"],
+                                                   "manifest_path": str(null)})
+    assert failed and "character device, not a regular file" in result["msg"], result["msg"]
+    assert stat.S_ISCHR(os.lstat(str(null)).st_mode)
