@@ -34,6 +34,12 @@ class ActionModule(DocumentedAction):
         data_dir = os.path.join(dest, teardown.DATA_DIR)
         verified_path = os.path.join(dest, teardown.VERIFIED_NAME)
         result.update(pull_dir=dest, verified_path=verified_path, problems=[], verified=False, changed=False)
+        try:  # before anything is removed or pulled: no option, no whole filesystem reaches rsync
+            rsync.check_path(args["src"], "src")
+            rsync.check_path(args["manifest_path"], "manifest_path")
+            rsync.check_timeout(args["timeout"])
+        except rsync.RsyncError as exc:
+            return dict(result, failed=True, msg=str(exc))
         if self._task.check_mode:
             result.update(changed=True, msg="would pull %s:%s into %s and verify it against %s" % (
                 host, args["src"], data_dir, args["manifest_path"]))
@@ -91,8 +97,8 @@ class ActionModule(DocumentedAction):
     def _rsync(self, remote, local, recursive, timeout, task_vars):
         """Resumable rsync from the box; returns an error message or None."""
         flags = ["-a", "--partial", "--partial-dir=.rsync-partial"] + (["--delete"] if recursive else [])
-        target = rsync.Target.from_connection(self._connection, task_vars)
         try:
+            target = rsync.Target.from_connection(self._connection, task_vars)
             rsync.run_rsync(rsync.rsync_argv(flags, target, remote, local, pushing=False), timeout, remote)
         except rsync.RsyncError as exc:
             return str(exc)
