@@ -210,7 +210,11 @@ def plan(selected, dest, state=None):
         except FileNotFoundError:
             dest_st = None
         except NotADirectoryError:
-            raise SyncError("a parent of %s in dest is a file, not a directory; cannot copy %s there" % (target, rel))
+            parent = os.path.dirname(target)
+            while not os.path.lexists(parent):
+                parent = os.path.dirname(parent)
+            raise SyncError("%s in dest exists and is not a directory; cannot copy %s under it. Move it away or "
+                            "choose another dest" % (parent, rel))
         if dest_st is not None:
             item["exists"] = True
             if stat.S_ISLNK(dest_st.st_mode):
