@@ -68,9 +68,9 @@ def resolve_link(full, root, shown):
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise SyncError("%s is a symbolic link loop (-> %s); remove the link, or leave it out with include"
-                            % (shown, target))
+                            % (shown, target)) from exc
         raise SyncError("%s is a dangling symbolic link (-> %s, which does not exist); remove the link, or leave it "
-                        "out with include" % (shown, target))
+                        "out with include" % (shown, target)) from exc
     if not _inside(real, root):
         raise SyncError("%s is a symbolic link to %s, outside src: checked_sync never copies what a link outside src "
                         "points to. Remove the link, leave it out with include, or sync that file as its own src"
@@ -91,7 +91,7 @@ def select_files(src, include, left_out=None):
         src_st = os.stat(src)
     except OSError as exc:
         raise SyncError("src %s does not exist or cannot be read (%s); give an existing file or directory"
-                        % (src, exc.strerror))
+                        % (src, exc.strerror)) from exc
     root = os.path.realpath(src)
     if stat.S_ISREG(src_st.st_mode):
         # src itself was named by the user: a link there is resolved once, and its target copied
@@ -209,12 +209,12 @@ def plan(selected, dest, state=None):
             dest_st = os.lstat(target)
         except FileNotFoundError:
             dest_st = None
-        except NotADirectoryError:
+        except NotADirectoryError as exc:
             parent = os.path.dirname(target)
             while not os.path.lexists(parent):
                 parent = os.path.dirname(parent)
             raise SyncError("%s in dest exists and is not a directory; cannot copy %s under it. Move it away or "
-                            "choose another dest" % (parent, rel))
+                            "choose another dest" % (parent, rel)) from exc
         if dest_st is not None:
             item["exists"] = True
             if stat.S_ISLNK(dest_st.st_mode):
