@@ -97,8 +97,8 @@ class ActionModule(DocumentedAction):
     def _rsync(self, remote, local, recursive, timeout, task_vars):
         """Resumable rsync from the box; returns an error message or None."""
         flags = ["-a", "--partial", "--partial-dir=.rsync-partial"] + (["--delete"] if recursive else [])
+        target = rsync.Target.from_connection(self._connection, task_vars)
         try:
-            target = rsync.Target.from_connection(self._connection, task_vars)
             rsync.run_rsync(rsync.rsync_argv(flags, target, remote, local, pushing=False), timeout, remote)
         except rsync.RsyncError as exc:
             return str(exc)
