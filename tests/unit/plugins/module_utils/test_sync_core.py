@@ -60,6 +60,7 @@ def test_run_sync_raises_only_sync_error_and_an_io_error_says_so(tmp_path, monke
     assert str(caught.value) == ("I/O error: [Errno 28] No space left on device; the filesystem is full: free space "
                                  "or choose another dest")
     failed, result = sync.sync(sync.Params(params))
-    assert failed and result["msg"].startswith("checked_sync failed: I/O error: [Errno 28] No space left on device; "
-                                                "the filesystem is full: free space or choose another dest.")
+    assert failed and result["msg"].startswith(
+        "checked_sync failed: I/O error: [Errno 28] No space left on device; the filesystem is full: free space or "
+        "choose another dest.")
     assert result["changed"] is False and result["free_bytes"] is not None
