@@ -59,6 +59,12 @@ class ActionModule(DocumentedAction):
         data_dir = os.path.join(dest, teardown.DATA_DIR)
         verified_path = os.path.join(dest, teardown.VERIFIED_NAME)
         result.update(pull_dir=dest, verified_path=verified_path, problems=[], verified=False, changed=False)
+        try:  # before anything is removed or pulled: no option, no whole filesystem reaches rsync
+            rsync.check_path(args["src"], "src")
+            rsync.check_path(args["manifest_path"], "manifest_path")
+            rsync.check_timeout(args["timeout"])
+        except rsync.RsyncError as exc:
+            return dict(result, failed=True, msg=str(exc))
         if self._task.check_mode:
             result.update(changed=True, msg="would pull %s:%s into %s and verify it against %s" % (
                 host, args["src"], data_dir, args["manifest_path"]))

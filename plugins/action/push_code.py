@@ -46,6 +46,25 @@ def lib_argv(args, target, dry_run):
     return rsync.rsync_argv(flags, target, MODULE_UTILS + "/", args["lib_dest"].rstrip("/") + "/", pushing=True)
 
 
+def check_args(args):
+    """RsyncError for arguments that must not reach rsync (rsync.check_path, rsync.check_timeout), before anything
+    runs. ``dest`` also must not be a top-level directory: --delete-after empties whatever src lacks."""
+    rsync.check_path(args["dest"], "dest")
+    if len([part for part in args["dest"].split("/") if part not in ("", ".")]) < 2:
+        raise rsync.RsyncError("dest %r is a top-level directory: push_code deletes everything in dest that src lacks "
+                               "(--delete-after), so it pushes only into a directory at least two levels deep, such "
+                               "as %s/code" % (args["dest"], args["dest"].rstrip("/")))
+    if args["lib_dest"]:
+        rsync.check_path(args["lib_dest"], "lib_dest")
+    rsync.check_timeout(args["timeout"])
+
+
+def overlap(src, dest):
+    """True when ``src`` and ``dest`` (both on this machine) are the same directory or one holds the other."""
+    real_src, real_dest = os.path.realpath(src), os.path.realpath(dest)
+    return any(a == b or a.startswith(b.rstrip("/") + "/") for a, b in ((real_src, real_dest), (real_dest, real_src)))
+
+
 def missing_lib_files(names):
     return [name for name in names if os.path.basename(name) != name or
             not os.path.isfile(os.path.join(MODULE_UTILS, name))]
@@ -61,16 +80,27 @@ class ActionModule(DocumentedAction):
         if not os.path.isdir(src):
             return dict(result, failed=True, msg="src %s is not a directory on the controller: give the code "
                                                  "directory (launch_src)" % src)
+        try:
+            check_args(args)
+        except rsync.RsyncError as exc:
+            return dict(result, failed=True, msg=str(exc))
         missing = missing_lib_files(args["lib_files"])
         if missing:
             return dict(result, failed=True,
                         msg="lib_files %s are not files of %s" % (", ".join(missing), MODULE_UTILS))
         result["commit"], result["dirty"] = git_state(src)
         target = rsync.Target.from_connection(self._connection, task_vars)
+        if target.is_local and overlap(src, args["dest"]):
+            return dict(result, failed=True, msg="dest %s and src %s are the same directory or one holds the other: "
+                        "--delete-after would delete the code or copy it into itself; give a dest outside src"
+                        % (args["dest"], src))
         check = bool(self._task.check_mode)
-        steps = [(code_argv(args, target, check), "the code %s" % src)]
-        if args["lib_dest"] and args["lib_files"]:
-            steps.append((lib_argv(args, target, check), "the helpers"))
+        try:
+            steps = [(code_argv(args, target, check), "the code %s" % src)]
+            if args["lib_dest"] and args["lib_files"]:
+                steps.append((lib_argv(args, target, check), "the helpers"))
+        except rsync.RsyncError as exc:
+            return dict(result, failed=True, msg=str(exc))
         try:
             for argv, what in steps:
                 result["changes"] += changes(rsync.run_rsync(argv, args["timeout"], what))

@@ -6,13 +6,15 @@
 
 Used by the controller actions ``push_code`` (controller -> box) and ``pull_verify`` (box -> controller). The SSH
 settings come from the connection's options (``Target.from_connection``), so the same port, key, user and
-``ansible_ssh_common_args`` that Ansible uses reach rsync's ``-e``. Paths are always given after ``--`` style
-separation: a path is never read as an option.
+``ansible_ssh_common_args`` that Ansible uses reach rsync's ``-e``. Paths are checked first (``check_path``: not
+empty, not ``/``, no newline or NUL, absolute on the box) and always given after ``--``: a path is never read as
+an option.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
@@ -69,8 +71,44 @@ class Target(object):
         return "%s%s:%s" % ((self.user + "@") if self.user else "", self.address, path)
 
 
+def check_path(path, what, absolute=True):
+    """Refuse a path that must not reach rsync as an operand; returns it unchanged when it may.
+
+    Refused: an empty path, one with a NUL, a newline or a carriage return, one with a ``..`` part, the root of the
+    filesystem (``/``, ``//``, ``/./``), and, when ``absolute`` (every path on a box), a relative one, which
+    includes one that starts with ``-`` or ``~``. Raises RsyncError naming ``what`` and what to give instead.
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise RsyncError("%s is empty: give an absolute path (an empty path would mean the whole filesystem or the "
+                         "home directory)" % what)
+    for char, name in (("\0", "a NUL byte"), ("\n", "a newline"), ("\r", "a carriage return")):
+        if char in path:
+            raise RsyncError("%s %r holds %s: no path handed to rsync may; rename it" % (what, path, name))
+    if absolute and not path.startswith("/"):
+        raise RsyncError("%s %r is not an absolute path: give one that starts with / (a leading - would be read "
+                         "as an option, a relative or ~ path depends on the login directory)" % (what, path))
+    if ".." in path.split("/"):
+        raise RsyncError("%s %r has a .. part: give the path without it" % (what, path))
+    if path.startswith("/") and posixpath.normpath(path).strip("/") == "":
+        raise RsyncError("%s is %r, the root of the filesystem: give the directory meant" % (what, path))
+    return path
+
+
+def check_timeout(timeout):
+    """Refuse a timeout that would kill rsync before it starts (0 or negative)."""
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise RsyncError("timeout must be a positive number of seconds, got %r" % (timeout,))
+    return timeout
+
+
 def rsync_argv(flags, target, source, dest, pushing):
-    """The full rsync argv; ``pushing`` copies ``source`` (controller) to ``dest`` on the box, else the reverse."""
+    """The full rsync argv; ``pushing`` copies ``source`` (controller) to ``dest`` on the box, else the reverse.
+
+    Both paths pass ``check_path`` first (the one on the box must be absolute; a relative one on the controller
+    stays after ``--``). Raises RsyncError for a path that must not reach rsync.
+    """
+    check_path(source, "the source", absolute=not pushing)
+    check_path(dest, "the destination", absolute=pushing)
     ssh = [] if target.is_local else ["-e", " ".join(shlex.quote(a) for a in target.ssh_argv())]
     src, dst = (source, target.spec(dest)) if pushing else (target.spec(source), dest)
     # --protect-args: the remote path reaches the remote rsync as a literal name, never split or globbed by a shell
@@ -79,6 +117,7 @@ def rsync_argv(flags, target, source, dest, pushing):
 
 def run_rsync(argv, timeout, what):
     """Run rsync; returns its stdout, or raises RsyncError with a message that says what to do."""
+    check_timeout(timeout)
     rc, out, err = run_with_timeout(argv, timeout)
     if rc == 127:
         raise RsyncError("rsync is not installed on the controller: install it (apt-get install rsync) and run again")

@@ -18,6 +18,7 @@ object and exits 0 only when every selected file was copied (or was already iden
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import hashlib
 import json
@@ -44,27 +45,95 @@ class SyncError(Exception):
     """A failure that ends the sync; the message says what and what to do."""
 
 
-def select_files(src, include):
-    """``[(rel, abs_path, stat_result)]`` of the files to consider, sorted by relative path."""
-    if os.path.isfile(src):
-        candidates = [(os.path.basename(src), src)]
-    elif os.path.isdir(src):
+def _kind(mode):
+    """The name of a non-regular file type, for messages."""
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _inside(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve_link(full, root, shown):
+    """``(real_path, stat_result)`` of the target of the symbolic link ``full`` when it is a regular file inside
+    ``root`` (the resolved src); SyncError when it leaves ``root``, dangles or loops (its content is never read)."""
+    target = os.readlink(full)
+    real = os.path.realpath(full)
+    try:
+        st = os.stat(full)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SyncError("%s is a symbolic link loop (-> %s); remove the link, or leave it out with include"
+                            % (shown, target)) from exc
+        raise SyncError("%s is a dangling symbolic link (-> %s, which does not exist); remove the link, or leave it "
+                        "out with include" % (shown, target)) from exc
+    if not _inside(real, root):
+        raise SyncError("%s is a symbolic link to %s, outside src: checked_sync never copies what a link outside src "
+                        "points to. Remove the link, leave it out with include, or sync that file as its own src"
+                        % (shown, real))
+    return real, st
+
+
+def select_files(src, include, left_out=None):
+    """``[(rel, path, stat_result)]`` of the regular files to copy, sorted by relative path.
+
+    ``path`` is the file to read: for a symbolic link inside ``src`` to a regular file inside ``src``, its resolved
+    target. A selected link that leaves ``src``, dangles or loops raises SyncError before anything is read.
+    Symbolic links to directories (never followed) and special files (FIFOs, sockets, devices) are not copied;
+    they are appended to ``left_out`` as ``{"path": rel, "reason": ...}``.
+    """
+    left_out = [] if left_out is None else left_out
+    try:
+        src_st = os.stat(src)
+    except OSError as exc:
+        raise SyncError("src %s does not exist or cannot be read (%s); give an existing file or directory"
+                        % (src, exc.strerror)) from exc
+    root = os.path.realpath(src)
+    if stat.S_ISREG(src_st.st_mode):
+        # src itself was named by the user: a link there is resolved once, and its target copied
+        candidates = [(os.path.basename(src.rstrip(os.sep)), root, src_st)]
+    elif stat.S_ISDIR(src_st.st_mode):
         candidates = []
-        for current, dirs, names in os.walk(src):
+
+        def unreadable(exc):
+            raise SyncError("cannot read the directory %s under src (%s); nothing was copied. Fix its permissions "
+                            "or leave it out" % (exc.filename, exc.strerror))
+
+        for current, dirs, names in os.walk(root, onerror=unreadable):
             dirs.sort()
-            rel_dir = os.path.relpath(current, src)
+            rel_dir = os.path.relpath(current, root)
+            for name in list(dirs):
+                full = os.path.join(current, name)
+                if os.path.islink(full):  # os.walk does not follow it; say so
+                    rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+                    left_out.append({"path": rel.replace(os.sep, "/"),
+                                     "reason": "symbolic link to a directory (%s), not followed" % os.readlink(full)})
             for name in names:
                 full = os.path.join(current, name)
-                if os.path.isfile(full):
-                    rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-                    candidates.append((rel.replace(os.sep, "/"), full))
+                rel = (name if rel_dir == "." else os.path.join(rel_dir, name)).replace(os.sep, "/")
+                candidates.append((rel, full, None))
     else:
-        raise SyncError("src %s does not exist or is not a file or directory" % src)
+        raise SyncError("src %s is a %s, not a regular file or directory; give the file or directory to copy"
+                        % (src, _kind(src_st.st_mode)))
     selected = []
-    for rel, full in sorted(candidates):
+    for rel, full, st in sorted(candidates, key=lambda candidate: candidate[0]):
         if include and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in include):
-            continue
-        selected.append((rel, full, os.stat(full)))
+            continue  # what is not selected is never resolved nor read
+        if st is None:
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                full, st = resolve_link(full, root, os.path.join(src, *rel.split("/")))
+                if not stat.S_ISREG(st.st_mode):
+                    left_out.append({"path": rel, "reason": "symbolic link to a %s, not copied" % _kind(st.st_mode)})
+                    continue
+            elif not stat.S_ISREG(st.st_mode):
+                left_out.append({"path": rel, "reason": "%s, not copied" % _kind(st.st_mode)})
+                continue
+        selected.append((rel, full, st))
     return selected
 
 
@@ -136,10 +205,26 @@ def plan(selected, dest, state=None):
     for rel, full, st in selected:
         target = dest_path(dest, rel)
         item = {"rel": rel, "src": full, "dest": target, "stat": st, "sha256": None, "exists": False}
-        if os.path.lexists(target):
-            if os.path.isdir(target):
-                raise SyncError("%s is a directory in dest; cannot copy %s over it" % (target, rel))
+        try:
+            dest_st = os.lstat(target)
+        except FileNotFoundError:
+            dest_st = None
+        except NotADirectoryError as exc:
+            parent = os.path.dirname(target)
+            while not os.path.lexists(parent):
+                parent = os.path.dirname(parent)
+            raise SyncError("%s in dest exists and is not a directory; cannot copy %s under it. Move it away or "
+                            "choose another dest" % (parent, rel)) from exc
+        if dest_st is not None:
             item["exists"] = True
+            if stat.S_ISLNK(dest_st.st_mode):
+                to_copy.append(item)  # a link is replaced by a real file, never written through
+                continue
+            if stat.S_ISDIR(dest_st.st_mode):
+                raise SyncError("%s is a directory in dest; cannot copy %s over it" % (target, rel))
+            if not stat.S_ISREG(dest_st.st_mode):
+                raise SyncError("%s in dest is a %s, not a regular file; remove it (or choose another dest) and run "
+                                "again" % (target, _kind(dest_st.st_mode)))
             if recorded_same(state.get(rel), st, target):
                 item["sha256"] = state[rel]["sha256"]
                 same.append(item)
@@ -178,15 +263,46 @@ def make_dirs(dirs):
         fsync_dir(os.path.dirname(path))
 
 
+# A source this small is hashed a second time after the copy: a rewrite in place within the same clock tick as
+# the previous change leaves even ctime as it was (the kernel stamps times with a coarse clock).
+REHASH_MAX_BYTES = 64 * 1024 * 1024
+
+
+def identity(st):
+    """What must not change while a source is copied: device, inode, size, mtime and ctime (ns)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def changed_error(src):
+    return SyncError("source %s changed after it was planned or while it was copied (still being written?); "
+                     "run again when the writer is done" % src)
+
+
+def open_source(path, planned):
+    """Open the planned source for reading: never through a symbolic link, never blocking on a FIFO, and only when
+    it is still the planned file (same device, inode, size, mtime and ctime)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or identity(now) != identity(planned):
+            raise changed_error(path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def copy_hashing(src, out, planned):
     """Copy ``src`` into the open file ``out`` while hashing it; returns ``(sha256, bytes)``.
 
     The source is read once. Each chunk is hashed in a helper thread while this thread writes it and reads the
     next one (hashlib and file I/O release the GIL), so on a multi-core box the hash costs no extra time.
+    The source must be the planned file, unchanged from before the first read to after the last (identity()); one
+    of at most REHASH_MAX_BYTES is also read a second time and must hash the same.
     """
     digest = hashlib.sha256()
     size = 0
-    with open(src, "rb") as handle, ThreadPoolExecutor(max_workers=1) as hasher:
+    with open_source(src, planned) as handle, ThreadPoolExecutor(max_workers=1) as hasher:
         chunk = handle.read(CHUNK_SIZE)
         while chunk:
             hashing = hasher.submit(digest.update, chunk)
@@ -196,10 +312,15 @@ def copy_hashing(src, out, planned):
                 chunk = handle.read(CHUNK_SIZE)
             finally:
                 hashing.result()  # one chunk at a time, in order
-        after = os.fstat(handle.fileno())
-    if size != planned.st_size or after.st_size != planned.st_size or after.st_mtime_ns != planned.st_mtime_ns:
-        raise SyncError("source %s changed after it was planned or while it was copied (still being written?); "
-                        "run again when the writer is done" % src)
+        if size != planned.st_size or identity(os.fstat(handle.fileno())) != identity(planned):
+            raise changed_error(src)
+        if size <= REHASH_MAX_BYTES:
+            handle.seek(0)
+            again = hashlib.sha256()
+            for block in iter(lambda: handle.read(CHUNK_SIZE), b""):
+                again.update(block)
+            if again.hexdigest() != digest.hexdigest():
+                raise changed_error(src)
     return digest.hexdigest(), size
 
 
@@ -250,12 +371,49 @@ def measure(dest):
     return free_bytes(st), free_inodes(st), st
 
 
+def check_params(params):
+    """SyncError for parameters that can only be a mistake, before anything is read or written."""
+    for key in ("src", "dest"):
+        path = params[key]
+        if not path:
+            raise SyncError("%s is empty: give an absolute path" % key)
+        if "\0" in path:
+            raise SyncError("%s %r holds a NUL byte, which no path can hold" % (key, path))
+        if not os.path.isabs(path):
+            raise SyncError("%s %s is a relative path: give an absolute one (a module's working directory is not "
+                            "yours)" % (key, path))
+        if os.path.normpath(path).strip(os.sep) == "":
+            raise SyncError("%s is %s, the root of the filesystem: give the directory of the results (%s)"
+                            % (key, path, "what to copy" if key == "src" else "where the copy goes"))
+    for key in ("min_free_inodes", "reserve_bytes"):
+        if params.get(key, 0) < 0:
+            raise SyncError("%s must be 0 or more, got %d" % (key, params[key]))
+    for pattern in params.get("include") or []:
+        parts = pattern.split("/")
+        if not pattern or pattern.startswith("/") or ".." in parts or "\0" in pattern:
+            raise SyncError("include pattern %r can never match: patterns are relative to src (like ckpt/*.pt), "
+                            "not empty, without a leading / or a .. part" % pattern)
+
+
 def check_paths(src, dest):
     real_src, real_dest = os.path.realpath(src), os.path.realpath(dest)
-    if os.path.isdir(real_src) and (real_dest == real_src or real_dest.startswith(real_src.rstrip(os.sep) + os.sep)):
+    if os.path.isdir(real_src) and _inside(real_dest, real_src):
         raise SyncError("dest %s is src or lies inside it; choose a destination outside %s" % (dest, src))
     if os.path.isfile(real_src) and os.path.dirname(real_src) == real_dest:
         raise SyncError("dest %s is the directory that already holds %s" % (dest, src))
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise SyncError("dest %s exists and is not a directory: dest is the directory that receives the copy; give "
+                        "a directory (it is created when missing)" % dest)
+
+
+# What to do about an I/O error, by errno.
+ERRNO_HINTS = {
+    errno.EROFS: "the filesystem is read-only: remount it read-write or choose another dest",
+    errno.ENOSPC: "the filesystem is full: free space or choose another dest",
+    errno.EDQUOT: "the disk quota is exhausted: free space or choose another dest",
+    errno.EACCES: "check the permissions of src and dest for the user that runs the sync",
+    errno.EPERM: "check the permissions of src and dest for the user that runs the sync",
+}
 
 
 def run_sync(module, result):
@@ -263,16 +421,15 @@ def run_sync(module, result):
     try:
         _run_sync(module, result)
     except OSError as exc:
-        raise SyncError("I/O error: %s" % exc) from exc
+        hint = ERRNO_HINTS.get(exc.errno)
+        raise SyncError("I/O error: %s%s" % (exc, "; " + hint if hint else "")) from exc
 
 
 def _run_sync(module, result):
     src, dest, include = module.params["src"], module.params["dest"], module.params["include"]
-    for key in ("min_free_inodes", "reserve_bytes"):
-        if module.params[key] < 0:
-            raise SyncError("%s must be 0 or more, got %d" % (key, module.params[key]))
+    check_params(module.params)
     check_paths(src, dest)
-    selected = select_files(src, include)
+    selected = select_files(src, include, result["left_out"])
     if not selected:
         raise SyncError("no file under %s matches include %s; nothing was copied" % (src, include))
     state = load_state(dest) if module.params.get("unchanged_check", "stat") == "stat" else {}
@@ -322,7 +479,7 @@ class Params(object):
 
 
 def empty_result(dest):
-    return dict(changed=False, copied=[], unchanged=[], bytes_copied=0, files=[],
+    return dict(changed=False, copied=[], unchanged=[], bytes_copied=0, files=[], left_out=[],
                 dest=dest, free_bytes=None, free_inodes=None, msg="")
 
 

@@ -28,9 +28,18 @@ description:
     C(~/.cache/remote_gpu.trainer/checked_sync/)); a re-run skips reading a file whose source and copy are both
     exactly as recorded (O(unchanged_check=stat)), so an unchanged sync costs a few C(stat) calls, not two hashes.
   - Nothing is ever deleted from O(dest); files there that are not in O(src) are left alone.
-  - Symbolic links to files inside O(src) are copied as regular files with the content of their target; symbolic
-    links to directories are not followed. Mode bits and modification times are copied when the destination
-    filesystem allows it (best effort; the content is what is verified).
+  - "Symbolic links (the policy): a selected link whose target, fully resolved, is a regular file inside O(src)
+    is copied as a regular file with its target's content (so C(best.pt -> epoch_10.pt) lands as real bytes). A
+    selected link whose target lies outside O(src) (C(../../.ssh/id_rsa), C(/etc/passwd)), dangles, or loops fails
+    the task before anything is written, naming the link: what it points to is never read. A link that O(include)
+    does not select is never resolved. Symbolic links to directories are never followed (the files inside O(src)
+    are copied by their real paths), and special files (FIFOs, sockets, devices) are never opened; both are listed
+    in RV(left_out). O(src) itself may be a link: it is resolved once, and \"inside O(src)\" means inside its
+    target."
+  - A link or a special file in O(dest) at the place of a selected file is never written through; a link is
+    replaced by the verified regular file, a FIFO, socket or device fails the task.
+  - Mode bits and modification times are copied when the destination filesystem allows it (best effort; the
+    content is what is verified).
   - A run killed with SIGKILL can leave a C(.*.checked_sync.*.tmp) file behind; it is never a durable copy and can
     be deleted.
 extends_documentation_fragment:
@@ -42,7 +51,7 @@ attributes:
 options:
   src:
     description:
-      - A file or a directory on the target.
+      - An absolute path of a file or a directory on the target; not empty, not C(/).
       - A file lands as O(dest)/<basename of src>.
       - A directory's contents land under O(dest) with the same relative paths, so C(src/a/b.pt) becomes
         C(dest/a/b.pt); the directory O(src) itself is not recreated inside O(dest).
@@ -50,8 +59,8 @@ options:
     required: true
   dest:
     description:
-      - The destination directory on the durable tier. It and any missing parents are created.
-      - Must not be O(src) or lie inside it.
+      - The absolute path of the destination directory on the durable tier. It and any missing parents are created.
+      - Must not be C(/), a file, O(src) or lie inside it.
     type: path
     required: true
   include:
@@ -60,6 +69,7 @@ options:
         O(src), for example C(*.pt) or C(best/*). C(*) also matches C(/). For a file O(src) the relative path is
         its basename.
       - A file is copied when any pattern matches. When omitted, every file is copied.
+      - A pattern that can never match (empty, starting with C(/), or with a C(..) part) fails the task.
       - When no file is selected at all the task fails (a sync that selects nothing is never reported as success).
     type: list
     elements: str
@@ -90,7 +100,10 @@ notes:
   - The read-back asks the kernel to drop the cached pages first (C(posix_fadvise) DONTNEED) where that is available,
     so it reads what the filesystem stored rather than what is still in memory.
   - If a source file changes while it is copied (a checkpoint still being written), the task fails; run it again when
-    the writer is done.
+    the writer is done. A change is seen when the source's device, inode, size, mtime or ctime differ between the
+    plan and the end of the copy (a rewrite in place changes ctime even when the writer restores mtime), and a
+    source of at most 64 MiB is also read a second time and must hash the same (the kernel stamps ctime with a
+    coarse clock, so a rewrite within one tick of the previous change can keep it).
 """
 
 EXAMPLES = r"""
@@ -155,6 +168,15 @@ files:
   sample:
     - {"path": "best.pt", "bytes": 1048576, "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
     - {"path": "config.json", "bytes": 2, "sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"}
+left_out:
+  description:
+    - Entries under O(src) that are not copied because they are not regular files, each with the reason
+      (C(path) relative to O(src), C(reason)). Symbolic links to directories are listed whether or not O(include)
+      selects them; FIFOs, sockets, devices and links to them only when selected.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"path": "data", "reason": "symbolic link to a directory (/datasets/imagenet), not followed"}]
 dest:
   description: The destination directory.
   type: str

@@ -39,7 +39,11 @@ options:
     type: path
     required: true
   dest:
-    description: The directory on the box. Its parent must exist.
+    description:
+      - The absolute path of the directory on the box. Its parent must exist.
+      - Everything in it that O(src) lacks is deleted (C(--delete-after)), so it must lie at least two levels deep
+        (not C(/) nor C(/root)); on the controller itself (local connection) it must not be O(src), lie inside it,
+        or hold it.
     type: str
     required: true
   exclude:
@@ -48,7 +52,7 @@ options:
     elements: str
     default: [.git]
   lib_dest:
-    description: Directory on the box for O(lib_files); empty pushes none.
+    description: Absolute path of the directory on the box for O(lib_files); empty pushes none.
     type: str
     default: ""
   lib_files:
@@ -57,11 +61,14 @@ options:
     elements: str
     default: []
   timeout:
-    description: Seconds allowed for each rsync; a timed-out push resumes on the next run (C(--partial)).
+    description: Seconds allowed for each rsync, more than 0; a timed-out push resumes on the next run (C(--partial)).
     type: int
     default: 3600
 notes:
   - Needs C(rsync) on the controller and on the box.
+  - "Paths (the policy): every path handed to rsync is checked first: not empty, not C(/), without a newline, a NUL
+    or a C(..) part, and absolute on the box (so it can never start with C(-) or depend on C(~)); rsync gets them
+    after C(--) with C(--protect-args), so no path is read as an option or split by a shell."
 """
 
 EXAMPLES = r"""

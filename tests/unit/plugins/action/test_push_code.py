@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from unittest.mock import MagicMock
 
@@ -113,3 +114,39 @@ def test_argv_uses_the_connections_ssh_settings_and_the_launch_flags():
     assert argv[argv.index("-e") + 1] == "ssh -o BatchMode=yes -p 2222 -i /k -o A=b"
     assert argv[-3:] == ["--", "/src/", "root@10.0.0.5:/data/code/"]
     assert "--dry-run" in push_code.code_argv({"src": "/s", "dest": "/d", "exclude": []}, target, True)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"dest": ""}, "dest is empty"),
+    ({"dest": "/"}, "root of the filesystem"),
+    ({"dest": "/root"}, "'/root' is a top-level directory"),
+    ({"dest": "/root/./"}, "top-level directory"),
+    ({"dest": "code"}, "not an absolute path"),
+    ({"dest": "/srv/code", "lib_dest": "--log-file=/x"}, "lib_dest '--log-file=/x' is not an absolute path"),
+    ({"dest": "/srv/code", "timeout": 0}, "timeout must be a positive"),
+])
+def test_check_args_refuses_before_rsync(args, message):
+    full = dict({"lib_dest": "", "timeout": 3600}, **args)
+    with pytest.raises(rsync.RsyncError, match=re.escape(message)):
+        push_code.check_args(full)
+
+
+def test_check_args_passes_a_plain_push():
+    push_code.check_args({"dest": "/root/autodl-tmp/code/train", "lib_dest": "", "timeout": 60})
+
+
+def test_overlap_on_the_controller(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    assert push_code.overlap(str(tmp_path / "a"), str(tmp_path / "a" / "b"))
+    assert push_code.overlap(str(tmp_path / "a" / "b"), str(tmp_path / "a"))
+    assert push_code.overlap(str(tmp_path / "a"), str(tmp_path / "link"))
+    assert not push_code.overlap(str(tmp_path / "a"), str(tmp_path / "c"))
+    assert not push_code.overlap(str(tmp_path / "a"), str(tmp_path / "ab"))
+
+
+def test_a_dest_over_its_own_src_is_refused_and_nothing_deleted(src, tmp_path):
+    result = run_push({"src": str(src), "dest": str(src.parent)})
+    assert result["failed"] and "one holds the other" in result["msg"]
+    assert (src / "train.py").exists()

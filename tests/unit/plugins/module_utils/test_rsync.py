@@ -107,3 +107,50 @@ def test_run_rsync_returns_stdout(monkeypatch):
     monkeypatch.setattr(rsync, "run_with_timeout", ran)
     assert rsync.run_rsync(["rsync", "-a"], 30, "x") == "ok\n"
     assert seen == [(["rsync", "-a"], 30)]
+
+
+@pytest.mark.parametrize("path, absolute, message", [
+    ("", True, "src is empty"),
+    ("   ", False, "src is empty"),
+    ("/", True, "root of the filesystem"),
+    ("//", True, "root of the filesystem"),
+    ("/./.", True, "root of the filesystem"),
+    ("--log-file=/tmp/x", True, "is not an absolute path"),
+    ("runs/exp42", True, "is not an absolute path"),
+    ("~/runs", True, "is not an absolute path"),
+    ("/root/runs/../..", True, "has a .. part"),
+    ("../up", False, "has a .. part"),
+    ("/root/a\nb", True, "holds a newline"),
+    ("/root/a\rb", True, "holds a carriage return"),
+    ("/root/a\0b", True, "holds a NUL byte"),
+])
+def test_check_path_refuses_what_must_not_reach_rsync(path, absolute, message):
+    with pytest.raises(rsync.RsyncError, match=re.escape(message)):
+        rsync.check_path(path, "src", absolute=absolute)
+
+
+def test_check_path_passes_plain_paths_unchanged():
+    assert rsync.check_path("/root/runs/exp 42/", "src") == "/root/runs/exp 42/"
+    assert rsync.check_path("-rf", "src", absolute=False) == "-rf"  # a relative controller path stays after --
+
+
+@pytest.mark.parametrize("timeout", [0, -1, -0.5, None, "10", True])
+def test_check_timeout_refuses_what_would_kill_rsync_at_once(timeout):
+    with pytest.raises(rsync.RsyncError, match="timeout must be a positive number of seconds"):
+        rsync.check_timeout(timeout)
+    assert rsync.check_timeout(1) == 1
+
+
+def test_rsync_argv_checks_both_operands_first():
+    with pytest.raises(rsync.RsyncError, match="the source is empty"):
+        rsync.rsync_argv(FLAGS, remote(), "", "/pulls/x/", pushing=False)
+    with pytest.raises(rsync.RsyncError, match="the destination '-e sh' is not an absolute path"):
+        rsync.rsync_argv(FLAGS, remote(), "/src/", "-e sh", pushing=True)
+    with pytest.raises(rsync.RsyncError, match="the source is '/', the root of the filesystem"):
+        rsync.rsync_argv(FLAGS, remote(), "/", "/pulls/x/", pushing=False)
+
+
+def test_run_rsync_refuses_a_timeout_of_zero_before_running(monkeypatch):
+    monkeypatch.setattr(rsync, "run_with_timeout", lambda argv, timeout: pytest.fail("rsync ran"))
+    with pytest.raises(rsync.RsyncError, match="timeout must be a positive"):
+        rsync.run_rsync(["rsync"], 0, "x")

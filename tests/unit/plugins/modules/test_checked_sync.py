@@ -361,3 +361,86 @@ def test_real_tmpfs_copy_check_mode_and_idempotence(module_runner, tmp_path, tmp
         assert result["free_bytes"] == fsbudget.free_bytes(st) and result["free_inodes"] == fsbudget.free_inodes(st)
         failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
         assert not failed and result["changed"] is False and len(result["unchanged"]) == 2
+
+
+# --------------------------------------------------------------------------- symbolic links and identity (issue 14)
+
+
+def test_link_outside_src_is_refused_before_anything_is_written(module_runner, src, tmp_path):
+    (tmp_path / "id_rsa").write_bytes(b"PRIVATE KEY")
+    (src / "ckpt" / "key.pt").symlink_to(tmp_path / "id_rsa")
+    dest = tmp_path / "durable"
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    assert failed and "ckpt/key.pt is a symbolic link to %s, outside src" % (tmp_path / "id_rsa") in result["msg"]
+    assert not dest.exists() and result["copied"] == []
+    assert RETURN_KEYS | {"left_out"} <= set(result)
+
+
+def test_link_inside_src_is_copied_as_the_targets_bytes(module_runner, src, tmp_path):
+    (src / "ckpt" / "best_link.pt").symlink_to("best.pt")
+    dest = tmp_path / "durable"
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    assert not failed, result["msg"]
+    assert not (dest / "ckpt" / "best_link.pt").is_symlink()
+    assert (dest / "ckpt" / "best_link.pt").read_bytes() == b"B" * 5000
+    assert {"path": "ckpt/best_link.pt", "bytes": 5000, "sha256": sha(b"B" * 5000)} in result["copied"]
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda src: (src / "gone.pt").symlink_to("nothing.pt"), "dangling symbolic link"),
+    (lambda src: (src / "loop.pt").symlink_to("loop.pt"), "symbolic link loop"),
+])
+def test_broken_links_fail_with_their_name(module_runner, src, tmp_path, make, fragment):
+    make(src)
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(tmp_path / "durable")})
+    assert failed and fragment in result["msg"] and not (tmp_path / "durable").exists()
+
+
+def test_directory_links_and_fifos_are_left_out_and_listed(module_runner, src, tmp_path):
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "x.bin").write_bytes(b"x")
+    (src / "data").symlink_to(tmp_path / "datasets")
+    os.mkfifo(str(src / "pipe"))
+    dest = tmp_path / "durable"
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest)})
+    assert not failed
+    assert result["left_out"] == [
+        {"path": "data", "reason": "symbolic link to a directory (%s), not followed" % (tmp_path / "datasets")},
+        {"path": "pipe", "reason": "FIFO, not copied"}]
+    assert sorted(tree(dest)) == ["ckpt/best.pt", "ckpt/last.pt", "metrics.json"]
+    assert not (dest / "data").exists() and not (dest / "pipe").exists()
+
+
+def test_a_link_in_dest_is_replaced_by_a_real_file(module_runner, src, tmp_path):
+    dest = tmp_path / "durable"
+    dest.mkdir()
+    (tmp_path / "other.json").write_bytes(b'{"acc": 0.9}\n')  # same content: must still become a real copy
+    (dest / "metrics.json").symlink_to(tmp_path / "other.json")
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(dest), "include": ["*.json"]})
+    assert not failed and [c["path"] for c in result["copied"]] == ["metrics.json"]
+    assert not (dest / "metrics.json").is_symlink()
+
+
+def test_a_source_swapped_after_the_plan_is_not_copied(module_runner, src, tmp_path, monkeypatch):
+    (tmp_path / "secret").write_bytes(b"S" * 5000)
+    real = sync.open_source
+
+    def swapped(path, planned):
+        os.unlink(path)
+        os.symlink(str(tmp_path / "secret"), path)  # a link planted between the plan and the copy
+        return real(path, planned)
+
+    monkeypatch.setattr(sync, "open_source", swapped)
+    failed, result = module_runner(checked_sync, {"src": str(src), "dest": str(tmp_path / "d"), "include": ["*best*"]})
+    assert failed and result["copied"] == []
+    assert not (tmp_path / "d" / "ckpt" / "best.pt").exists()
+
+
+def test_identity_covers_ctime_and_inode(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"a")
+    before = os.stat(str(path))
+    os.utime(str(path), ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(str(path))
+    assert sync.identity(before)[:4] == sync.identity(after)[:4]
+    assert len(sync.identity(before)) == 5 and sync.identity(before)[1] == before.st_ino

@@ -57,7 +57,10 @@ def test_run_sync_raises_only_sync_error_and_an_io_error_says_so(tmp_path, monke
     result = sync.empty_result(params["dest"])
     with pytest.raises(sync.SyncError) as caught:
         sync.run_sync(sync.Params(params), result)
-    assert str(caught.value) == "I/O error: [Errno 28] No space left on device"
+    assert str(caught.value) == ("I/O error: [Errno 28] No space left on device; the filesystem is full: free space "
+                                 "or choose another dest")
     failed, result = sync.sync(sync.Params(params))
-    assert failed and result["msg"].startswith("checked_sync failed: I/O error: [Errno 28] No space left on device.")
+    assert failed and result["msg"].startswith(
+        "checked_sync failed: I/O error: [Errno 28] No space left on device; the filesystem is full: free space or "
+        "choose another dest.")
     assert result["changed"] is False and result["free_bytes"] is not None
