@@ -134,7 +134,10 @@ class ActionModule(DocumentedAction):
 
     def _rsync(self, remote, local, recursive, timeout, task_vars):
         """Resumable rsync from the box; returns an error message or None."""
-        flags = ["-a", "--partial", "--partial-dir=.rsync-partial"] + (["--delete"] if recursive else [])
+        # No device or special file of the box is recreated on the controller, and no link that leaves the tree is
+        # copied (the verifier then reports the roster entry as missing instead of following it).
+        flags = ["-a", "--partial", "--partial-dir=.rsync-partial", "--no-devices", "--no-specials", "--safe-links"]
+        flags += ["--delete"] if recursive else []
         target = rsync.Target.from_connection(self._connection, task_vars)
         try:
             rsync.run_rsync(rsync.rsync_argv(flags, target, remote, local, pushing=False), timeout, remote)

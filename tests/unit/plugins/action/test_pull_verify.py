@@ -172,6 +172,8 @@ def test_a_failed_rsync_fails_with_what_to_do(box, pulls, monkeypatch):
     argv, timeout = calls[0]
     assert timeout == 60 and argv[-2:] == ["root@10.0.0.5:/root/runs/exp42/", str(pull_dir(pulls) / "data") + "/"]
     assert "--delete" in argv and "--partial" in argv
+    # nothing of the box but files and links inside the tree reaches the controller
+    assert {"--no-devices", "--no-specials", "--safe-links"} <= set(argv)
     assert argv[argv.index("-e") + 1] == "ssh -o BatchMode=yes -p 2222"
 
 
