@@ -69,6 +69,9 @@ options:
     default: 3600
 notes:
   - Needs C(rsync) on the controller and on the box.
+  - "Paths: O(src) and O(manifest_path) must be absolute paths on the box, not C(/), with no C(..) part, newline or
+    NUL; they reach rsync after C(--), never as options. The pull recreates no device or special file and copies no
+    link that leaves the result root."
   - "Symbolic links: a verified pull holds real files with the manifest's bytes. A roster entry that arrives as a
     symbolic link (C(best.pt -> epoch_10.pt)), or under a linked directory, whose target is a regular file inside
     the pull is replaced by a real file (a hard link to that file, or a copy) before the comparison. A roster
