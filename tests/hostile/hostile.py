@@ -25,7 +25,8 @@ class Case(object):
     ``tests/unit/plugins/action/controller_actions.py``). ``args``: the task's arguments, or a function of the test's
     ``tmp_path`` that builds the hostile files and returns them. ``expect``: one of OUTCOMES. ``fragment``: what the
     message must contain (for ``error``). ``check``: a function ``(result, tmp_path)`` asserting that nothing unsafe
-    happened (``refused``) or that the files are right (``ok``); it asserts, or returns False to fail the case. ``timeout``: seconds before the case counts as a hang.
+    happened (``refused``) or that the files are right (``ok``); it asserts, or returns False to fail the case.
+    ``timeout``: seconds before the case counts as a hang.
     """
 
     def __init__(self, name, target, args, expect, fragment=None, check=None, timeout=20, task_vars=None):
