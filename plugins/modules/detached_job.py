@@ -359,7 +359,8 @@ def check_disks(paths):
 
 
 def prepare(module, paths):
-    """Write the wrapper (a new versioned file, never over an existing one) and the library it calls -> its path.
+    """Check the log, then write the wrapper (a new versioned file, never over an existing one) and the library it
+    calls -> its path.
 
     The wrapper writes the final status.json with job_layout.py, run by this module's interpreter from
     ``<job dir>/lib``.
@@ -369,9 +370,15 @@ def prepare(module, paths):
     text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
                                     params["env"], python=sys.executable, lib_dir=lib_dir)
     wrapper = os.path.join(paths["job_dir"], job_wrapper.wrapper_name(text))
-    if not module.check_mode:
+    if module.check_mode:
+        check_log(paths, True)
+    else:
         try:
             os.makedirs(paths["job_dir"], mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise io_error(exc, "create the job directory %s" % paths["job_dir"])
+        check_log(paths, False)  # before anything that runs is written
+        try:
             job_wrapper.install_lib(lib_dir, (job_layout, atomic, procfs))
             if not os.path.exists(wrapper):
                 atomic.write_atomic(wrapper, text, 0o700)
@@ -480,7 +487,6 @@ def run(module, result):
     detach = choose_detach(module)
     check_disks(paths)
     result["wrapper"] = prepare(module, paths)
-    check_log(paths, module.check_mode)
     result.update(detach=detach, changed=True, started=True)
     if module.check_mode:
         result["msg"] = "would start %s under %s" % (name, detach)

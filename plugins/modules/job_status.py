@@ -238,8 +238,8 @@ def validate(params):
     """-> (job list, compiled progress regex); raises StatusError with what to fix."""
     if params["jobs"] is not None and (params["log_path"] is not None or params["queue_length"]):
         raise StatusError("log_path and queue_length apply to name only: with jobs, give them in each entry of jobs")
-    job_list = params["jobs"] or [{"name": params["name"], "log_path": params["log_path"],
-                                   "queue_length": params["queue_length"]}]
+    job_list = params["jobs"] if params["jobs"] is not None else [
+        {"name": params["name"], "log_path": params["log_path"], "queue_length": params["queue_length"]}]
     if not job_list:
         raise StatusError("jobs is empty: name at least one job")
     for job in job_list:
