@@ -14,8 +14,8 @@ version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
 description:
-  - Runs a training job detached from the SSH session, in a tmux session named C(trainer-<name>), or under
-    C(setsid nohup) when tmux is not installed.
+  - Runs a training job detached from the SSH session, in a tmux session named C(trainer-<name>) (with C(.) written
+    as C(+), see the notes), or under C(setsid nohup) when tmux is not installed.
   - >-
     The job runs through a wrapper script C(<run_dir>/<name>/wrapper-<sha>.sh). A changed command or environment
     gets a new wrapper file; a wrapper that may be running is never rewritten (bash reads a running script by
@@ -41,31 +41,43 @@ attributes:
 options:
   name:
     description:
-      - Name of the job. Letters, digits, C(_), C(.) and C(-) only.
-      - Names the job directory C(<run_dir>/<name>) and the tmux session C(trainer-<name>).
+      - Name of the job. Letters, digits, C(_), C(.) and C(-) only; not C(.) or C(..), and not starting with C(-).
+      - Names the job directory C(<run_dir>/<name>) and the tmux session C(trainer-<name>), with each C(.) written
+        as C(+) so that C(a.b) and C(a_b) stay two jobs.
     type: str
     required: true
   command:
     description:
       - What to run. A string is run by C(bash -c), so pipes, C(&&) and variables work.
-      - A list is run as an argument vector, each element quoted.
+      - A list is run as an argument vector, each element quoted; its first element (the program) must not be empty.
+      - A NUL byte is refused.
       - Required when O(state) is V(started) or V(restarted).
     type: raw
   chdir:
-    description: Directory to change into before running the command. It must exist.
+    description: Directory to change into before running the command. It must exist and be an absolute path.
     type: path
   log_path:
-    description: The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+    description:
+      - The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+      - An absolute path to a regular file, created when absent. Before anything is started the module checks that
+        it can append to it, and fails naming the path when it cannot (a read-only or missing filesystem, a
+        directory, a FIFO or a device, or one of the job's own files such as C(status.json)).
+      - Should the log become unwritable between that check and the start, the wrapper ends the job with exit code
+        74 and writes that to C(status.json), so the job is never reported as finished with exit code 0.
     type: path
   env_files:
     description:
       - Files sourced in this order before the command, for example a proxy hook or a conda activation script.
-      - A missing file fails the task, naming it.
+      - Absolute paths of readable regular files. A missing file, a directory, a FIFO or a device fails the task,
+        naming it.
     type: list
     elements: path
     default: []
   env:
-    description: Extra environment variables exported before the command (after O(env_files)).
+    description:
+      - Extra environment variables exported before the command (after O(env_files)).
+      - Keys are shell variable names (ASCII letters, digits and C(_), not starting with a digit); values are
+        strings or numbers, never null, lists or mappings.
     type: dict
     default: {}
   detach:
@@ -85,7 +97,7 @@ options:
     choices: [started, stopped, restarted]
     default: started
   stop_timeout:
-    description: Seconds between SIGTERM and SIGKILL when stopping.
+    description: Seconds between SIGTERM and SIGKILL when stopping, from 0 to 86400.
     type: int
     default: 30
 notes:

@@ -18,8 +18,8 @@ description:
     are done, its last exit code, its progress, crash markers since its latest (re)start, how long its log has been
     silent, the last lines of its log and, when it is gone, the likely reason.
   - A job is alive when the PID in C(<run_dir>/<name>/job.pid) exists with the start time recorded in
-    C(job.starttime), or, before that file exists, when its tmux session C(trainer-<name>) exists. It is never
-    identified by a name pattern, so the probe cannot mistake itself for the job.
+    C(job.starttime), or, before that file exists, when its tmux session C(trainer-<name>) (C(.) written as C(+))
+    exists. It is never identified by a name pattern, so the probe cannot mistake itself for the job.
   - >-
     Queue items are counted from C(<run_dir>/<name>/items/<item>/status.json), one file per finished item,
     written by the run wrapper as C({"item": "007", "exit_code": 0, "started": "<iso>", "finished": "<iso>"}).
@@ -41,7 +41,9 @@ options:
     description: One job to report on. Use O(jobs) for several.
     type: str
   log_path:
-    description: The log of the job named by O(name), when it is not the one recorded at launch.
+    description:
+      - The log of the job named by O(name), when it is not the one recorded at launch. An absolute path.
+      - It must be a regular file; a FIFO, a device or a directory fails the task.
     type: path
   queue_length:
     description: Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
@@ -57,7 +59,7 @@ options:
         type: str
         required: true
       log_path:
-        description: The job's log, when it is not the one recorded at launch.
+        description: The job's log, when it is not the one recorded at launch (an absolute path to a regular file).
         type: path
       queue_length:
         description: Number of queue items the job should finish; C(0) does not grade completion.
@@ -79,9 +81,18 @@ options:
     type: int
     default: 30
   tail_lines:
-    description: How many of the last log lines to return.
+    description:
+      - How many of the last log lines to return, from 0 to 10000.
+      - A returned line longer than 4096 characters keeps its first 1024 and its last 3072 characters.
     type: int
     default: 20
+  scan_timeout:
+    description:
+      - Seconds the scan of one log may take. The scan runs in a child process that is killed at this deadline,
+        and the task then fails saying so. A catastrophic O(progress_regex) (nested repetition such as C((a+\)+$))
+        backtracks exponentially and cannot be interrupted otherwise.
+    type: int
+    default: 30
   paths:
     description: Data disk and durable storage paths whose bytes and inodes are reported, with thresholds.
     type: list
@@ -101,6 +112,24 @@ options:
     description: Where the cgroup filesystem is mounted (for the C(oom_kill) counter).
     type: path
     default: /sys/fs/cgroup
+notes:
+  - >-
+    Which log is read: O(log_path) (or O(jobs[].log_path)) when given; else the C(log_path) recorded in
+    C(job.meta.json) at launch, but only when that file is trusted; else the default C(<run_dir>/<name>/job.log).
+  - >-
+    C(job.meta.json) is trusted only when it is a regular file (not a symlink) owned by the user running the
+    module, not writable by group or others, in a job directory not writable by others (M(remote_gpu.trainer.detached_job)
+    writes it with mode 0600 in a 0700 directory). Otherwise it is ignored entirely, the default log is read, and a
+    C(job_meta_untrusted) WARN says why, so a planted meta file can never choose the file whose lines are returned.
+  - >-
+    The default log is never followed out of the job directory: a C(job.log) that resolves outside it is not read
+    (C(log_refused), WARN). A symlink that stays inside the job directory is followed.
+  - >-
+    Size and kind bounds: only regular files are read as logs (checked before the open, which never blocks, so a
+    FIFO or C(/dev/zero) is refused rather than read), at most the last 256 MiB of a log are scanned (line
+    numbers then count from the first whole line scanned, and C(log_skipped_bytes) in each of RV(jobs) says how much was
+    skipped), a line longer than 4 MiB is cut there, and the job's small files (PID, status, items) are read only
+    when they are regular files, at most 16 MiB each.
 """
 
 EXAMPLES = r"""
@@ -145,6 +174,7 @@ jobs:
       last_start: "2026-07-03T22:11:09Z"
       log_path: /root/autodl-tmp/jobs/ablations/job.log
       log_age_seconds: 2710
+      log_skipped_bytes: 0
       tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
       vanished_reason: unknown
       oom_kills_since_launch: 0
@@ -178,6 +208,12 @@ findings:
       job: ablations
       message: "ablations is not running at 17/24 items (no final status, likely cause: unknown)"
       action: Read the tail of the log, classify the failure, then restart the remaining items.
+    - level: WARN
+      code: job_meta_untrusted
+      job: ablations
+      message: "ablations: job.meta.json is ignored: /root/.trainer/jobs/ablations/job.meta.json is writable by
+        group or others (mode 0666)"
+      action: Only the job's own files are trusted; make the job directory yours and writable by you alone.
 """
 
 import os
