@@ -118,18 +118,19 @@ notes:
     C(job.meta.json) at launch, but only when that file is trusted; else the default C(<run_dir>/<name>/job.log).
   - >-
     C(job.meta.json) is trusted only when it is a regular file (not a symlink) owned by the user running the
-    module, not writable by group or others, in a job directory not writable by others (M(remote_gpu.trainer.detached_job)
-    writes it with mode 0600 in a 0700 directory). Otherwise it is ignored entirely, the default log is read, and a
-    C(job_meta_untrusted) WARN says why, so a planted meta file can never choose the file whose lines are returned.
+    module, not writable by group or others, in a job directory not writable by others
+    (M(remote_gpu.trainer.detached_job) writes it with mode 0600 in a 0700 directory). Otherwise it is ignored
+    entirely, the default log is read, and a C(job_meta_untrusted) WARN says why, so a planted meta file can never
+    choose the file whose lines are returned.
   - >-
     The default log is never followed out of the job directory: a C(job.log) that resolves outside it is not read
     (C(log_refused), WARN). A symlink that stays inside the job directory is followed.
   - >-
     Size and kind bounds: only regular files are read as logs (checked before the open, which never blocks, so a
     FIFO or C(/dev/zero) is refused rather than read), at most the last 256 MiB of a log are scanned (line
-    numbers then count from the first whole line scanned, and C(log_skipped_bytes) in each of RV(jobs) says how much was
-    skipped), a line longer than 4 MiB is cut there, and the job's small files (PID, status, items) are read only
-    when they are regular files, at most 16 MiB each.
+    numbers then count from the first whole line scanned, and C(log_skipped_bytes) in each of RV(jobs) says how
+    much was skipped), a line longer than 4 MiB is cut there, and the job's small files (PID, status, items) are
+    read only when they are regular files, at most 16 MiB each.
 """
 
 EXAMPLES = r"""
