@@ -291,7 +291,7 @@ def validate(module):
         if not os.path.isdir(params["chdir"]):
             raise JobError("chdir %s is not a directory" % params["chdir"])
     for key, value in params["env"].items():
-        if not ENV_KEY_RE.fullmatch(key):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
             raise JobError("env key %r is not a valid shell variable name (letters, digits and '_', not starting "
                            "with a digit)" % key)
         if value is None or isinstance(value, (dict, list)):
@@ -323,6 +323,8 @@ def check_log(paths, check_mode):
                        "read it; give the path of a file" % log)
     if check_mode:
         probe = log if mode is not None else nearest_existing(os.path.dirname(log))
+        if mode is None and not os.path.isdir(probe):
+            raise JobError("cannot use the log %s: %s is not a directory: choose another log_path" % (log, probe))
         if not os.access(probe, os.W_OK):
             raise JobError("the log %s cannot be written (%s is not writable): choose another log_path or fix the "
                            "filesystem" % (log, probe))

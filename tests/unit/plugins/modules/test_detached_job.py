@@ -408,3 +408,10 @@ def test_a_log_on_a_read_only_filesystem_fails_with_its_path(module_runner, run_
         failed, result = start(module_runner, run_dir, "ro", "echo ran", detach="nohup", log_path=str(log),
                                _ansible_check_mode=True)
         assert failed and "cannot be written" in result["msg"]
+
+
+def test_check_mode_refuses_a_log_under_a_regular_file(module_runner, run_dir, tmp_path):
+    (tmp_path / "plain").write_text("x")
+    failed, result = start(module_runner, run_dir, "cf", "true", log_path=str(tmp_path / "plain" / "j.log"),
+                           _ansible_check_mode=True)
+    assert failed and "is not a directory" in result["msg"] and str(tmp_path / "plain") in result["msg"]
