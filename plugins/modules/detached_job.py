@@ -323,8 +323,6 @@ def check_log(paths, check_mode):
                        "read it; give the path of a file" % log)
     if check_mode:
         probe = log if mode is not None else nearest_existing(os.path.dirname(log))
-        if mode is None and not os.path.isdir(probe):
-            raise JobError("cannot use the log %s: %s is not a directory: choose another log_path" % (log, probe))
         if not os.access(probe, os.W_OK):
             raise JobError("the log %s cannot be written (%s is not writable): choose another log_path or fix the "
                            "filesystem" % (log, probe))

@@ -414,4 +414,4 @@ def test_check_mode_refuses_a_log_under_a_regular_file(module_runner, run_dir, t
     (tmp_path / "plain").write_text("x")
     failed, result = start(module_runner, run_dir, "cf", "true", log_path=str(tmp_path / "plain" / "j.log"),
                            _ansible_check_mode=True)
-    assert failed and "is not a directory" in result["msg"] and str(tmp_path / "plain") in result["msg"]
+    assert failed and "Not a directory" in result["msg"] and str(tmp_path / "plain") in result["msg"]
