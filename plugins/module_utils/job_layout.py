@@ -275,6 +275,32 @@ def trusted_meta(paths, uid=None):
     return _json_dict(data.decode("utf-8", "replace")) or {}, None
 
 
+def signal_trust_problem(paths, uid=None):
+    """Why the job's PID files cannot be trusted to name the process to signal, or None.
+
+    Trusted: ``job.pid`` and ``job.starttime`` are regular files owned by ``uid`` (the effective user) and not
+    writable by others, in a job directory not writable by others. Anyone who could plant them could otherwise
+    make ``state=stopped`` signal the process group of their choice.
+    """
+    uid = os.geteuid() if uid is None else uid
+    try:
+        dir_st = os.stat(paths["job_dir"])
+        if dir_st.st_mode & 0o002 and not dir_st.st_mode & stat.S_ISVTX:
+            return "the job directory %s is writable by others (mode %04o)" % (paths["job_dir"],
+                                                                               dir_st.st_mode & 0o7777)
+        for key in ("pid_file", "starttime_file"):
+            st = os.lstat(paths[key])
+            if not stat.S_ISREG(st.st_mode):
+                return "%s is not a regular file" % paths[key]
+            if st.st_uid != uid:
+                return "%s is owned by uid %d, not by uid %d" % (paths[key], st.st_uid, uid)
+            if st.st_mode & 0o002:
+                return "%s is writable by others (mode %04o)" % (paths[key], st.st_mode & 0o7777)
+    except OSError as exc:
+        return "%s cannot be checked: %s" % (getattr(exc, "filename", None) or paths["job_dir"], exc.strerror)
+    return None
+
+
 def write_meta(paths, meta):
     write_atomic(paths["meta_file"], json.dumps(meta, indent=1, sort_keys=True) + "\n", mode=0o600)
 

@@ -101,7 +101,9 @@ options:
     type: int
     default: 30
 notes:
-  - Only the recorded PID's process group is signalled, never processes found by name.
+  - Only the recorded PID's process group is signalled, never processes found by name, and only when C(job.pid) and
+    C(job.starttime) are regular files owned by the user running the module and not writable by others, in a job
+    directory not writable by others; otherwise the task fails and nothing is signalled.
   - With systemd-logind C(KillUserProcesses=yes), processes of an SSH session are killed at logout even under
     tmux or setsid; enable lingering (C(loginctl enable-linger)) for the user on such hosts.
   - The disk check refuses a start at 99% or more bytes or inodes used (the C(bytes_high) and
@@ -445,7 +447,14 @@ def launch(module, paths, wrapper, detach):
 
 
 def stop(module, paths, pid):
-    """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped."""
+    """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped.
+
+    Only when the PID files are the user's own (job_layout.signal_trust_problem): a planted PID is never signalled.
+    """
+    problem = job_layout.signal_trust_problem(paths)
+    if problem:
+        raise JobError("refusing to signal pid %d: %s. Check who wrote it; stop the job by hand if it is yours"
+                       % (pid, problem))
     try:
         return job_layout.stop_job(paths, pid, module.params["stop_timeout"])
     except PermissionError as exc:

@@ -48,6 +48,37 @@ def kill_started_jobs(tmp_path):
                     pass
 
 
+BYSTANDERS = []
+
+
+@pytest.fixture(autouse=True)
+def reap_bystanders():
+    yield
+    while BYSTANDERS:
+        proc = BYSTANDERS.pop()
+        proc.kill()
+        proc.wait()
+
+
+def planted_pid(mode_of):
+    """A job directory whose PID files name a bystander process (its own group leader), with ``mode_of`` making
+    them plantable by others: the arguments stop that job."""
+    def build(tmp):
+        proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        BYSTANDERS.append(proc)
+        path = job_dir(tmp)
+        (path / "job.pid").write_text("%d\n" % proc.pid)
+        (path / "job.starttime").write_text("%d\n" % procfs.read_stat(proc.pid)["starttime"])
+        mode_of(path)
+        return {"name": "j", "run_dir": str(tmp / "jobs"), "state": "stopped", "stop_timeout": 1}
+    return build
+
+
+def bystander_alive(result, _tmp):
+    assert BYSTANDERS and BYSTANDERS[-1].poll() is None, "the planted PID was signalled"
+    assert result.get("changed") is not True or result.get("failed")
+
+
 def sessions():
     proc = subprocess.run([TMUX, "list-sessions", "-F", "#{session_name}"], capture_output=True, text=True,
                           check=False)
@@ -304,6 +335,15 @@ CASES = [
     Case("dj: negative stop_timeout", DJ, start_args(stop_timeout=-1), "error", "stop_timeout"),
     Case("dj: stop_timeout of 31 years", DJ, start_args(stop_timeout=10 ** 9), "error", "0 to 86400"),
     Case("dj: unknown detach", DJ, start_args(detach="screen"), "error", "detach"),
+    # detached_job: planted PID files never get a process signalled
+    Case("dj: stop with a job.pid writable by others", DJ,
+         planted_pid(lambda path: os.chmod(str(path / "job.pid"), 0o666)), "refused", check=bystander_alive),
+    Case("dj: stop in a job directory writable by others", DJ,
+         planted_pid(lambda path: os.chmod(str(path), 0o777)), "refused", check=bystander_alive),
+    Case("dj: stop with job.pid a symlink to another job's", DJ,
+         planted_pid(lambda path: (os.rename(str(path / "job.pid"), str(path / "other.pid")),
+                                   os.symlink("other.pid", str(path / "job.pid")))), "refused",
+         check=bystander_alive),
     # job_status: inputs
     Case("js: empty run_dir", JS, status_args(run_dir=""), "error", "run_dir is empty"),
     Case("js: name with a slash", JS, status_args(name="a/b"), "error", "job name"),
