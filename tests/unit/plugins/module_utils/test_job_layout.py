@@ -161,3 +161,41 @@ def test_read_text_never_opens_a_fifo_or_device_and_is_bounded(tmp_path):
     big.write_text("7" * 100)
     assert job_layout.read_text(str(big), 10) == "7" * 10
     assert job_layout.read_text(str(tmp_path / "absent")) is None
+
+
+def test_signal_trust_problem_refuses_plantable_pid_files(tmp_path):
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"], mode=0o700)
+    for key in ("pid_file", "starttime_file"):
+        with open(paths[key], "w") as handle:
+            handle.write("1\n")
+        os.chmod(paths[key], 0o644)
+    assert job_layout.signal_trust_problem(paths) is None
+    assert "owned by uid" in job_layout.signal_trust_problem(paths, uid=os.geteuid() + 1)
+    os.chmod(paths["pid_file"], 0o666)
+    assert "writable by others" in job_layout.signal_trust_problem(paths)
+    os.chmod(paths["pid_file"], 0o644)
+    os.chmod(paths["job_dir"], 0o777)
+    assert "job directory" in job_layout.signal_trust_problem(paths)
+    os.chmod(paths["job_dir"], 0o1777)  # sticky: others cannot replace the user's files
+    assert job_layout.signal_trust_problem(paths) is None
+    os.chmod(paths["job_dir"], 0o700)
+    os.unlink(paths["starttime_file"])
+    os.symlink(paths["pid_file"], paths["starttime_file"])
+    assert "not a regular file" in job_layout.signal_trust_problem(paths)
+
+
+def test_the_wrapper_writes_private_pid_files_whatever_the_umask(tmp_path):
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_wrapper, procfs
+
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    lib = str(tmp_path / "j" / "lib")
+    job_wrapper.install_lib(lib, (job_layout, atomic, procfs))
+    text = job_wrapper.wrapper_text("j", paths, "true", python=sys.executable, lib_dir=lib)
+    wrapper = tmp_path / "j" / job_wrapper.wrapper_name(text)
+    wrapper.write_text(text)
+    subprocess.run(["bash", "-c", 'umask 000; exec bash "$0"', str(wrapper)], env={"PATH": os.environ["PATH"]},
+                   timeout=60, check=True)
+    for key in ("pid_file", "starttime_file"):
+        assert os.stat(paths[key]).st_mode & 0o022 == 0
+    assert job_layout.signal_trust_problem(paths) is None
