@@ -32,17 +32,22 @@ Every ``status.json`` is written by :func:`write_status` (atomically: a reader s
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
 import signal
+import stat
 import sys
 import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+# tmux turns "." (and ":") into "_" in a session name, which would give "a.b" and "a_b" one session. "+" is never
+# in a job name and tmux keeps it, so the session name encodes the job name reversibly (see tmux_session).
+SESSION_PREFIX = "trainer-"
 
 PID_FILE = "job.pid"
 STARTTIME_FILE = "job.starttime"
@@ -57,7 +62,17 @@ CLI_MODULE = "ansible_collections.remote_gpu.trainer.plugins.module_utils.job_la
 
 
 def valid_name(name):
-    return bool(name) and bool(NAME_RE.match(name)) and name not in (".", "..")
+    """Letters, digits, ``_``, ``.`` and ``-``, not ``.`` or ``..``, no leading ``-`` (it would read as an option)."""
+    return (isinstance(name, str) and bool(NAME_RE.fullmatch(name)) and name not in (".", "..")
+            and not name.startswith("-"))
+
+
+def name_problem(name):
+    """What is wrong with a job name, in words, or None when it is valid."""
+    if valid_name(name):
+        return None
+    return ("job name %r may contain only letters, digits, '_', '.' and '-', must not start with '-' and must not be "
+            "'.' or '..'" % (name,))
 
 
 def job_paths(run_dir, name, log_path=None):
@@ -81,20 +96,54 @@ def item_status_path(items_dir, item):
 
 
 def tmux_session(name):
-    return "trainer-%s" % name
+    """The job's tmux session: ``trainer-<name>`` with each ``.`` written as ``+``.
+
+    tmux itself would turn ``.`` into ``_``, so ``a.b`` and ``a_b`` would share a session; ``+`` is never in a job
+    name, so the mapping is one-to-one (and reversible: :func:`job_of_session`). Names without ``.`` are unchanged.
+    """
+    return SESSION_PREFIX + name.replace(".", "+")
+
+
+def job_of_session(session):
+    """The job name of a session made by :func:`tmux_session`, or None for any other session."""
+    if not session.startswith(SESSION_PREFIX):
+        return None
+    name = session[len(SESSION_PREFIX):].replace("+", ".")
+    return name if valid_name(name) else None
 
 
 def now_iso():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+MAX_TEXT_BYTES = 16 << 20
+
+
 def read_text(path, limit=None):
-    """A small file's text, or None when it cannot be read."""
+    """A small file's text (at most ``limit`` or MAX_TEXT_BYTES bytes), or None when it cannot be read.
+
+    Regular files only, checked before the open (a planted FIFO or device is never opened, so never blocks)."""
     try:
-        with open(path, "r", errors="replace") as handle:
-            return handle.read(limit) if limit else handle.read()
-    except (IOError, OSError, TypeError):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, TypeError, ValueError):
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        wanted, chunks = limit or MAX_TEXT_BYTES, []
+        while wanted > 0:
+            chunk = os.read(fd, min(wanted, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def parse_int_file(text):
@@ -169,6 +218,87 @@ def write_status(path, record):
 def read_meta(paths):
     """``job.meta.json`` as a dict; {} when it is absent or not a JSON object."""
     return _json_dict(read_text(paths["meta_file"])) or {}
+
+
+MAX_META_BYTES = 1 << 20
+
+
+def resolve_run_dir(run_dir, error=ValueError):
+    """The run directory with ``~`` expanded, made absolute; raises ``error`` when it is empty or relative (the
+    module's working directory is no place for jobs) or holds a newline or NUL."""
+    if not isinstance(run_dir, str) or not run_dir.strip():
+        raise error("run_dir is empty: give the directory of the job directories (default ~/.trainer/jobs)")
+    if "\n" in run_dir or "\x00" in run_dir:
+        raise error("run_dir %r holds a newline or NUL byte: give a plain directory path" % run_dir)
+    expanded = os.path.expanduser(run_dir)
+    if not os.path.isabs(expanded):
+        raise error("run_dir %r is relative: give an absolute path or one that starts with ~" % run_dir)
+    return os.path.normpath(expanded)
+
+
+def trusted_meta(paths, uid=None):
+    """(meta, problem) of ``job.meta.json``: the meta dict (``{}`` when absent or not a JSON object) and None, or
+    ``({}, why)`` when the file cannot be trusted to be the one detached_job wrote.
+
+    Trusted: a regular file (not a symlink), owned by ``uid`` (the effective user), not writable by group or others,
+    in a job directory that is not writable by others either. detached_job writes it with mode 0600 in a 0700
+    directory; anything else may be planted, and its ``log_path`` would name the file job_status tails.
+    """
+    uid = os.geteuid() if uid is None else uid
+    try:
+        dir_st = os.stat(paths["job_dir"])
+        fd = os.open(paths["meta_file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return {}, "%s is a symbolic link" % paths["meta_file"]
+        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.strerror)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {}, "%s is not a regular file" % paths["meta_file"]
+        if st.st_uid != uid:
+            return {}, "%s is owned by uid %d, not by uid %d" % (paths["meta_file"], st.st_uid, uid)
+        if st.st_mode & 0o022:
+            return {}, "%s is writable by group or others (mode %04o)" % (paths["meta_file"], st.st_mode & 0o7777)
+        if dir_st.st_mode & 0o002 and not dir_st.st_mode & stat.S_ISVTX:
+            return {}, "the job directory %s is writable by others (mode %04o)" % (paths["job_dir"],
+                                                                                   dir_st.st_mode & 0o7777)
+        data = os.read(fd, MAX_META_BYTES + 1)
+    except OSError as exc:
+        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.strerror)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_META_BYTES:
+        return {}, "%s is larger than %d bytes" % (paths["meta_file"], MAX_META_BYTES)
+    return _json_dict(data.decode("utf-8", "replace")) or {}, None
+
+
+def signal_trust_problem(paths, uid=None):
+    """Why the job's PID files cannot be trusted to name the process to signal, or None.
+
+    Trusted: ``job.pid`` and ``job.starttime`` are regular files owned by ``uid`` (the effective user) and not
+    writable by others, in a job directory not writable by others. Anyone who could plant them could otherwise
+    make ``state=stopped`` signal the process group of their choice.
+    """
+    uid = os.geteuid() if uid is None else uid
+    try:
+        dir_st = os.stat(paths["job_dir"])
+        if dir_st.st_mode & 0o002 and not dir_st.st_mode & stat.S_ISVTX:
+            return "the job directory %s is writable by others (mode %04o)" % (paths["job_dir"],
+                                                                               dir_st.st_mode & 0o7777)
+        for key in ("pid_file", "starttime_file"):
+            st = os.lstat(paths[key])
+            if not stat.S_ISREG(st.st_mode):
+                return "%s is not a regular file" % paths[key]
+            if st.st_uid != uid:
+                return "%s is owned by uid %d, not by uid %d" % (paths[key], st.st_uid, uid)
+            if st.st_mode & 0o002:
+                return "%s is writable by others (mode %04o)" % (paths[key], st.st_mode & 0o7777)
+    except OSError as exc:
+        return "%s cannot be checked: %s" % (getattr(exc, "filename", None) or paths["job_dir"], exc.strerror)
+    return None
 
 
 def write_meta(paths, meta):

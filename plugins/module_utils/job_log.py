@@ -6,13 +6,23 @@
 
 Each start appends ``==== trainer: started <iso time> pid <pid> ====`` to the log (the wrapper of
 job_wrapper.py); crash markers and progress are read from the lines after the latest such marker only.
-Pure (text in, data out); the file layout is job_layout.py's.
+:func:`scan_log` is pure (text in, data out); :func:`scan_log_file` reads a log under fixed bounds: regular files
+only (opened without blocking, so a FIFO or ``/dev/zero`` is refused, never read), the last
+:data:`MAX_SCAN_BYTES` at most, lines cut at :data:`MAX_LINE_CHARS`, and the whole scan in a child process that
+is killed after a deadline (a catastrophic ``progress_regex`` such as ``(a+)+$`` cannot be interrupted in-process).
+The file layout is job_layout.py's.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
 import re
+import select
+import signal
+import stat
+import time
 
 START_MARKER_RE = re.compile(r"^==== trainer: started (?P<time>\S+) pid (?P<pid>\d+) ====[ \t]*$", re.M)
 
@@ -41,6 +51,17 @@ DEFAULT_PROGRESS_RE = (r"(?i)\b(?P<unit>epoch|step)\b[ \t]*[=:]?[ \t]*[\[(]?[ \t
 
 MAX_MARKERS = 20
 MAX_MARKER_TEXT = 300
+MAX_SCAN_BYTES = 256 << 20  # only the last 256 MiB of a log are scanned
+MAX_LINE_CHARS = 1 << 22  # a longer line is cut (the rest, up to its line end, is skipped)
+MAX_TAIL_CHARS = 4096  # a longer line of the returned tail keeps its first 1 KiB and its last 3 KiB
+
+
+class LogRefused(Exception):
+    """A log that is not read: not a regular file, or a symlink out of the directory it must stay in."""
+
+
+class ScanTimeout(Exception):
+    """The scan of a log ran past its deadline (usually a catastrophic progress_regex)."""
 
 
 def crash_kind(line):
@@ -187,3 +208,180 @@ def scan_log(blocks, progress_regex, tail_lines=20):
     state["lines"] = before
     state["tail"] = list(tail)
     return state
+
+
+def open_log(path, inside=None):
+    """(fd, stat) of a log opened for a bounded read, or (None, None) when it does not exist.
+
+    Only a regular file is opened, and it is checked with stat before the open (opening a device can have effects)
+    and with fstat after it (the same file, still regular). The open never blocks (O_NONBLOCK). With ``inside``,
+    the log's real path must lie in that directory: a symlink out of it is refused. Raises LogRefused.
+    """
+    try:
+        if inside is not None:
+            real, root = os.path.realpath(path), os.path.realpath(inside)
+            if os.path.commonpath([real, root]) != root:
+                raise LogRefused("%s resolves to %s, outside %s: a symlink out of the job directory is not followed"
+                                 % (path, real, inside))
+        before = os.stat(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise LogRefused("%s cannot be read: %s" % (path, exc.strerror))
+    if not stat.S_ISREG(before.st_mode):
+        raise LogRefused("%s is not a regular file (%s): only regular files are read as logs"
+                         % (path, _kind(before.st_mode)))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        raise LogRefused("%s cannot be read: %s" % (path, exc.strerror))
+    after = os.fstat(fd)
+    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise LogRefused("%s changed while it was opened: not read" % path)
+    return fd, after
+
+
+def _kind(mode):
+    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "not a regular file"
+
+
+def fd_blocks(fd, size, limit=MAX_SCAN_BYTES, block=1 << 22):
+    """(skipped bytes, text blocks) of an open log of ``size`` bytes: at most the last ``limit`` bytes, from the
+    first whole line in them, in blocks that end at line ends. Never reads more than ``limit`` bytes, even from a
+    file that grows meanwhile; a line longer than MAX_LINE_CHARS is cut there."""
+    start = max(0, size - limit)
+    os.lseek(fd, start, os.SEEK_SET)
+    budget = [limit]
+
+    def read(count):
+        data = os.read(fd, min(count, budget[0])) if budget[0] > 0 else b""
+        budget[0] -= len(data)
+        return data
+
+    head = b""
+    if start:  # skip the partial line the window starts in
+        while True:
+            data = read(block)
+            if not data:
+                break
+            cut = data.find(b"\n")
+            if cut >= 0:
+                head = data[cut + 1:]
+                start += cut + 1
+                break
+            start += len(data)
+
+    def blocks():
+        carry, skipping = head, False
+        while True:
+            data = read(block)
+            eof = not data
+            if skipping and not eof:
+                cut = data.find(b"\n")
+                if cut < 0:
+                    continue
+                skipping, data = False, data[cut + 1:]
+            carry += data
+            end = carry.rfind(b"\n")
+            if end >= 0:
+                yield carry[:end + 1].decode("utf-8", "replace")
+                carry = carry[end + 1:]
+            if len(carry) > MAX_LINE_CHARS:  # one overlong line: keep its start, skip the rest of it
+                yield carry[:MAX_LINE_CHARS].decode("utf-8", "replace") + "\n"
+                carry, skipping = b"", True
+            if eof:
+                if carry:
+                    yield carry.decode("utf-8", "replace")
+                return
+
+    return start, blocks()
+
+
+def short_line(line, limit=MAX_TAIL_CHARS):
+    """A line of at most about ``limit`` characters: a longer one keeps its start and its end (a progress bar
+    redrawn with carriage returns ends with its latest state)."""
+    if len(line) <= limit:
+        return line
+    head = limit // 4
+    return "%s [... %d characters cut ...] %s" % (line[:head], len(line) - limit, line[-(limit - head):])
+
+
+def call_with_deadline(func, seconds):
+    """``func()`` (its result must be JSON) in a forked child that is killed after ``seconds`` -> its result.
+
+    Raises ScanTimeout past the deadline, RuntimeError with the child's error otherwise. A regular expression
+    cannot be interrupted in-process, so this is the only way to bound the time a progress_regex may take.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, send, exit without running the parent's cleanup
+        status = 0
+        try:
+            os.close(read_end)
+            try:
+                payload = {"result": func()}
+            except Exception as exc:  # pylint: disable=broad-except
+                payload = {"error": "%s: %s" % (type(exc).__name__, exc)}
+            data = json.dumps(payload).encode("utf-8")
+            while data:
+                data = data[os.write(write_end, data):]
+        except BaseException:  # pylint: disable=broad-except
+            status = 1
+        finally:
+            os._exit(status)  # pylint: disable=protected-access
+    os.close(write_end)
+    chunks, deadline, done = [], time.monotonic() + seconds, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ScanTimeout("no answer within %s s" % seconds)
+            if not select.select([read_end], [], [], left)[0]:
+                continue
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        done = True
+    finally:
+        os.close(read_end)
+        if not done:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.waitpid(pid, 0)
+    try:
+        payload = json.loads(b"".join(chunks).decode("utf-8"))
+    except ValueError:
+        raise RuntimeError("the log scan ended without an answer")
+    if "error" in payload:
+        raise RuntimeError(payload["error"])
+    return payload["result"]
+
+
+def scan_log_file(path, progress_regex, tail_lines=20, inside=None, seconds=30):
+    """Scan one log file under the bounds of this module -> dict(scan, mtime, skipped_bytes), or None when the
+    file does not exist. Raises LogRefused (not a regular file, a symlink out of ``inside``) and ScanTimeout."""
+    fd, st = open_log(path, inside)
+    if fd is None:
+        return None
+    try:
+        def scan():
+            skipped, blocks = fd_blocks(fd, st.st_size)
+            found = scan_log(blocks, progress_regex, tail_lines)
+            found["tail"] = [short_line(line) for line in found["tail"]]
+            return {"scan": found, "skipped_bytes": skipped}
+
+        found = call_with_deadline(scan, seconds)
+    finally:
+        os.close(fd)
+    found["mtime"] = st.st_mtime
+    return found

@@ -57,12 +57,17 @@ def wrapper_text(name, paths, command, chdir=None, env_files=(), env=None, pytho
         'rm -f "$STATUS"',
         'read -r STAT < /proc/$$/stat',
         'set -- ${STAT##*) }',
-        'printf \'%s\\n\' "${20}" > "$JOB_DIR/job.starttime.tmp" && mv -f "$JOB_DIR/job.starttime.tmp" '
+        '# umask 022 in a subshell: PID files that others could write are never trusted to name a process to signal',
+        '(umask 022; printf \'%s\\n\' "${20}" > "$JOB_DIR/job.starttime.tmp") && mv -f "$JOB_DIR/job.starttime.tmp" '
         '"$JOB_DIR/job.starttime"',
-        'printf \'%s\\n\' "$$" > "$JOB_DIR/job.pid.tmp" && mv -f "$JOB_DIR/job.pid.tmp" "$JOB_DIR/job.pid"',
+        '(umask 022; printf \'%s\\n\' "$$" > "$JOB_DIR/job.pid.tmp") && mv -f "$JOB_DIR/job.pid.tmp" '
+        '"$JOB_DIR/job.pid"',
         'mkdir -p "$(dirname "$LOG")"',
         '# fd 9 keeps the tmux pane (or /dev/null under nohup) open: a pane whose terminal is closed is reaped.',
-        'exec 9>&1 >> "$LOG" 2>&1 < /dev/null',
+        '# a log that cannot be written (read-only filesystem, a directory) ends the job with exit 74, not in silence',
+        'exec 9>&1 >> "$LOG" 2>&1 < /dev/null || {',
+        '    echo "trainer: cannot write the log $LOG"; write_status 74; exit 74',
+        '}',
         'STARTED=$(now)',
         'printf \'==== trainer: started %s pid %s ====\\n\' "$STARTED" "$$"',
         "trap 'write_status 143; exit 143' TERM",

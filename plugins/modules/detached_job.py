@@ -14,8 +14,8 @@ version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
 description:
-  - Runs a training job detached from the SSH session, in a tmux session named C(trainer-<name>), or under
-    C(setsid nohup) when tmux is not installed.
+  - Runs a training job detached from the SSH session, in a tmux session named C(trainer-<name>) (with C(.) written
+    as C(+), see the notes), or under C(setsid nohup) when tmux is not installed.
   - >-
     The job runs through a wrapper script C(<run_dir>/<name>/wrapper-<sha>.sh). A changed command or environment
     gets a new wrapper file; a wrapper that may be running is never rewritten (bash reads a running script by
@@ -41,31 +41,43 @@ attributes:
 options:
   name:
     description:
-      - Name of the job. Letters, digits, C(_), C(.) and C(-) only.
-      - Names the job directory C(<run_dir>/<name>) and the tmux session C(trainer-<name>).
+      - Name of the job. Letters, digits, C(_), C(.) and C(-) only; not C(.) or C(..), and not starting with C(-).
+      - Names the job directory C(<run_dir>/<name>) and the tmux session C(trainer-<name>), with each C(.) written
+        as C(+) so that C(a.b) and C(a_b) stay two jobs.
     type: str
     required: true
   command:
     description:
       - What to run. A string is run by C(bash -c), so pipes, C(&&) and variables work.
-      - A list is run as an argument vector, each element quoted.
+      - A list is run as an argument vector, each element quoted; its first element (the program) must not be empty.
+      - A NUL byte is refused.
       - Required when O(state) is V(started) or V(restarted).
     type: raw
   chdir:
-    description: Directory to change into before running the command. It must exist.
+    description: Directory to change into before running the command. It must exist and be an absolute path.
     type: path
   log_path:
-    description: The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+    description:
+      - The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+      - An absolute path to a regular file, created when absent. Before anything is started the module checks that
+        it can append to it, and fails naming the path when it cannot (a read-only or missing filesystem, a
+        directory, a FIFO or a device, or one of the job's own files such as C(status.json)).
+      - Should the log become unwritable between that check and the start, the wrapper ends the job with exit code
+        74 and writes that to C(status.json), so the job is never reported as finished with exit code 0.
     type: path
   env_files:
     description:
       - Files sourced in this order before the command, for example a proxy hook or a conda activation script.
-      - A missing file fails the task, naming it.
+      - Absolute paths of readable regular files. A missing file, a directory, a FIFO or a device fails the task,
+        naming it.
     type: list
     elements: path
     default: []
   env:
-    description: Extra environment variables exported before the command (after O(env_files)).
+    description:
+      - Extra environment variables exported before the command (after O(env_files)).
+      - Keys are shell variable names (ASCII letters, digits and C(_), not starting with a digit); values are
+        strings or numbers, never null, lists or mappings.
     type: dict
     default: {}
   detach:
@@ -85,11 +97,13 @@ options:
     choices: [started, stopped, restarted]
     default: started
   stop_timeout:
-    description: Seconds between SIGTERM and SIGKILL when stopping.
+    description: Seconds between SIGTERM and SIGKILL when stopping, from 0 to 86400.
     type: int
     default: 30
 notes:
-  - Only the recorded PID's process group is signalled, never processes found by name.
+  - Only the recorded PID's process group is signalled, never processes found by name, and only when C(job.pid) and
+    C(job.starttime) are regular files owned by the user running the module and not writable by others, in a job
+    directory not writable by others; otherwise the task fails and nothing is signalled.
   - With systemd-logind C(KillUserProcesses=yes), processes of an SSH session are killed at logout even under
     tmux or setsid; enable lingering (C(loginctl enable-linger)) for the user on such hosts.
   - The disk check refuses a start at 99% or more bytes or inodes used (the C(bytes_high) and
@@ -160,7 +174,9 @@ msg:
 """
 
 import os
+import re
 import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -208,28 +224,118 @@ def has_session(module, name):
     return job_layout.tmux_has_session(module.run_command, module.get_bin_path("tmux"), name)
 
 
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_STOP_TIMEOUT = 86400
+
+
+def no_nul(value, what):
+    if "\x00" in value:
+        raise JobError("%s holds a NUL byte, which no shell command or path can carry: remove it" % what)
+
+
+def absolute(path, what):
+    no_nul(path, what)
+    if not os.path.isabs(path):
+        raise JobError("%s %r must be an absolute path (or start with ~): the job runs in its job directory, not in "
+                       "the directory this task runs in" % (what, path))
+
+
+def validate_command(command, state):
+    if isinstance(command, list):
+        if not command or not all(isinstance(arg, (str, int, float)) and not isinstance(arg, bool)
+                                  for arg in command):
+            raise JobError("command must be a non-empty string or a list of strings")
+        if not str(command[0]).strip():
+            raise JobError("the first element of the command list (the program) is empty: name the program to run")
+        for arg in command:
+            no_nul(str(arg), "command")
+    elif not isinstance(command, str) or not command.strip():
+        raise JobError("command is required with state=%s: a string (run by bash -c) or a list" % state)
+    else:
+        no_nul(command, "command")
+
+
+def validate_env_file(env_file):
+    absolute(env_file, "env file")
+    try:
+        mode = os.stat(env_file).st_mode
+    except FileNotFoundError:
+        raise JobError("env file %s does not exist: create it or remove it from env_files" % env_file)
+    except OSError as exc:
+        raise JobError("env file %s cannot be read: %s" % (env_file, exc.strerror))
+    if stat.S_ISDIR(mode):
+        raise JobError("env file %s is a directory: name the file to source, or remove it from env_files" % env_file)
+    if not stat.S_ISREG(mode):
+        raise JobError("env file %s is not a regular file (a FIFO or device would be read forever or once): name a "
+                       "file, or remove it from env_files" % env_file)
+    if not os.access(env_file, os.R_OK):
+        raise JobError("env file %s is not readable by this user: fix its permissions" % env_file)
+
+
 def validate(module):
     params = module.params
-    if not job_layout.valid_name(params["name"]):
-        raise JobError("name %r may contain only letters, digits, '_', '.' and '-'" % params["name"])
-    if params["stop_timeout"] < 0:
-        raise JobError("stop_timeout must be 0 or more seconds, got %d" % params["stop_timeout"])
+    problem = job_layout.name_problem(params["name"])
+    if problem:
+        raise JobError(problem)
+    if not 0 <= params["stop_timeout"] <= MAX_STOP_TIMEOUT:
+        raise JobError("stop_timeout must be 0 to %d seconds, got %d" % (MAX_STOP_TIMEOUT, params["stop_timeout"]))
+    if params["log_path"] is not None:
+        if not params["log_path"].strip():
+            raise JobError("log_path is empty: omit it for <run_dir>/<name>/job.log, or give a file path")
+        absolute(params["log_path"], "log_path")
     if params["state"] == "stopped":
         return
-    command = params["command"]
-    if isinstance(command, list):
-        if not command or not all(isinstance(arg, (str, int, float)) for arg in command):
-            raise JobError("command must be a non-empty string or a list of strings")
-    elif not isinstance(command, str) or not command.strip():
-        raise JobError("command is required with state=%s: a string (run by bash -c) or a list" % params["state"])
+    validate_command(params["command"], params["state"])
     for env_file in params["env_files"]:
-        if not os.path.isfile(env_file):
-            raise JobError("env file %s does not exist: create it or remove it from env_files" % env_file)
-    if params["chdir"] and not os.path.isdir(params["chdir"]):
-        raise JobError("chdir %s is not a directory" % params["chdir"])
-    for key in params["env"]:
-        if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-            raise JobError("env key %r is not a valid shell variable name" % key)
+        validate_env_file(env_file)
+    if params["chdir"] is not None:
+        absolute(params["chdir"], "chdir")
+        if not os.path.isdir(params["chdir"]):
+            raise JobError("chdir %s is not a directory" % params["chdir"])
+    for key, value in params["env"].items():
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            raise JobError("env key %r is not a valid shell variable name (letters, digits and '_', not starting "
+                           "with a digit)" % key)
+        if value is None or isinstance(value, (dict, list)):
+            raise JobError("env value of %s must be a string or a number, got %s" % (
+                key, "null" if value is None else type(value).__name__))
+        no_nul(str(value), "env value of %s" % key)
+
+
+def check_log(paths, check_mode):
+    """The log must be a regular file this user can append to (created when absent), and not one of the job's own
+    files; raises JobError naming the path. In check mode nothing is created: permission is asked with access()."""
+    log = os.path.normpath(paths["log_path"])
+    own = [paths[key] for key in ("pid_file", "starttime_file", "meta_file", "status_file")]
+    if log in own or log == paths["job_dir"] or any(
+            log.startswith(paths[key] + os.sep) or log == paths[key] for key in ("lib_dir", "items_dir")) or (
+            os.path.dirname(log) == paths["job_dir"] and os.path.basename(log).startswith("wrapper-")):
+        raise JobError("log_path %s is one of the job's own files: choose another file" % log)
+    try:
+        mode = os.stat(log).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise JobError("cannot use the log %s: %s: choose a log_path in a directory you can write" % (log,
+                                                                                                      exc.strerror))
+    if mode is not None and stat.S_ISDIR(mode):
+        raise JobError("log_path %s is a directory: give the path of a file" % log)
+    if mode is not None and not stat.S_ISREG(mode):
+        raise JobError("log_path %s is not a regular file: the job's output would be lost and job_status could not "
+                       "read it; give the path of a file" % log)
+    if check_mode:
+        probe = log if mode is not None else nearest_existing(os.path.dirname(log))
+        if not os.access(probe, os.W_OK):
+            raise JobError("the log %s cannot be written (%s is not writable): choose another log_path or fix the "
+                           "filesystem" % (log, probe))
+        return
+    try:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
+        os.close(fd)
+    except OSError as exc:
+        raise JobError("the log %s cannot be written: %s: choose another log_path, or fix the filesystem (read-only "
+                       "or full?)" % (getattr(exc, "filename", None) or log, exc.strerror))
 
 
 def choose_detach(module):
@@ -267,7 +373,8 @@ def check_disks(paths):
 
 
 def prepare(module, paths):
-    """Write the wrapper (a new versioned file, never over an existing one) and the library it calls -> its path.
+    """Check the log, then write the wrapper (a new versioned file, never over an existing one) and the library it
+    calls -> its path.
 
     The wrapper writes the final status.json with job_layout.py, run by this module's interpreter from
     ``<job dir>/lib``.
@@ -277,12 +384,15 @@ def prepare(module, paths):
     text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
                                     params["env"], python=sys.executable, lib_dir=lib_dir)
     wrapper = os.path.join(paths["job_dir"], job_wrapper.wrapper_name(text))
-    if not module.check_mode:
+    if module.check_mode:
+        check_log(paths, True)
+    else:
         try:
             os.makedirs(paths["job_dir"], mode=0o700, exist_ok=True)
-            log_dir = os.path.dirname(paths["log_path"])
-            if log_dir:
-                os.makedirs(log_dir, exist_ok=True)
+        except OSError as exc:
+            raise io_error(exc, "create the job directory %s" % paths["job_dir"])
+        check_log(paths, False)  # before anything that runs is written
+        try:
             job_wrapper.install_lib(lib_dir, (job_layout, atomic, procfs))
             if not os.path.exists(wrapper):
                 atomic.write_atomic(wrapper, text, 0o700)
@@ -337,7 +447,14 @@ def launch(module, paths, wrapper, detach):
 
 
 def stop(module, paths, pid):
-    """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped."""
+    """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped.
+
+    Only when the PID files are the user's own (job_layout.signal_trust_problem): a planted PID is never signalled.
+    """
+    problem = job_layout.signal_trust_problem(paths)
+    if problem:
+        raise JobError("refusing to signal pid %d: %s. Check who wrote it; stop the job by hand if it is yours"
+                       % (pid, problem))
     try:
         return job_layout.stop_job(paths, pid, module.params["stop_timeout"])
     except PermissionError as exc:
@@ -353,7 +470,7 @@ def stop_tmux_session(module):
 def run(module, result):
     params = module.params
     validate(module)
-    run_dir = os.path.abspath(os.path.expanduser(params["run_dir"]))
+    run_dir = job_layout.resolve_run_dir(params["run_dir"], JobError)
     paths = job_layout.job_paths(run_dir, params["name"], params["log_path"])
     result.update(run_dir=run_dir, log_path=paths["log_path"])
     meta = job_layout.read_meta(paths)

@@ -18,8 +18,8 @@ description:
     are done, its last exit code, its progress, crash markers since its latest (re)start, how long its log has been
     silent, the last lines of its log and, when it is gone, the likely reason.
   - A job is alive when the PID in C(<run_dir>/<name>/job.pid) exists with the start time recorded in
-    C(job.starttime), or, before that file exists, when its tmux session C(trainer-<name>) exists. It is never
-    identified by a name pattern, so the probe cannot mistake itself for the job.
+    C(job.starttime), or, before that file exists, when its tmux session C(trainer-<name>) (C(.) written as C(+))
+    exists. It is never identified by a name pattern, so the probe cannot mistake itself for the job.
   - >-
     Queue items are counted from C(<run_dir>/<name>/items/<item>/status.json), one file per finished item,
     written by the run wrapper as C({"item": "007", "exit_code": 0, "started": "<iso>", "finished": "<iso>"}).
@@ -41,7 +41,9 @@ options:
     description: One job to report on. Use O(jobs) for several.
     type: str
   log_path:
-    description: The log of the job named by O(name), when it is not the one recorded at launch.
+    description:
+      - The log of the job named by O(name), when it is not the one recorded at launch. An absolute path.
+      - It must be a regular file; a FIFO, a device or a directory fails the task.
     type: path
   queue_length:
     description: Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
@@ -57,7 +59,7 @@ options:
         type: str
         required: true
       log_path:
-        description: The job's log, when it is not the one recorded at launch.
+        description: The job's log, when it is not the one recorded at launch (an absolute path to a regular file).
         type: path
       queue_length:
         description: Number of queue items the job should finish; C(0) does not grade completion.
@@ -79,9 +81,18 @@ options:
     type: int
     default: 30
   tail_lines:
-    description: How many of the last log lines to return.
+    description:
+      - How many of the last log lines to return, from 0 to 10000.
+      - A returned line longer than 4096 characters keeps its first 1024 and its last 3072 characters.
     type: int
     default: 20
+  scan_timeout:
+    description:
+      - Seconds the scan of one log may take. The scan runs in a child process that is killed at this deadline,
+        and the task then fails saying so. A catastrophic O(progress_regex) (nested repetition such as C((a+\)+$))
+        backtracks exponentially and cannot be interrupted otherwise.
+    type: int
+    default: 30
   paths:
     description: Data disk and durable storage paths whose bytes and inodes are reported, with thresholds.
     type: list
@@ -101,6 +112,25 @@ options:
     description: Where the cgroup filesystem is mounted (for the C(oom_kill) counter).
     type: path
     default: /sys/fs/cgroup
+notes:
+  - >-
+    Which log is read: O(log_path) (or O(jobs[].log_path)) when given; else the C(log_path) recorded in
+    C(job.meta.json) at launch, but only when that file is trusted; else the default C(<run_dir>/<name>/job.log).
+  - >-
+    C(job.meta.json) is trusted only when it is a regular file (not a symlink) owned by the user running the
+    module, not writable by group or others, in a job directory not writable by others
+    (M(remote_gpu.trainer.detached_job) writes it with mode 0600 in a 0700 directory). Otherwise it is ignored
+    entirely, the default log is read, and a C(job_meta_untrusted) WARN says why, so a planted meta file can never
+    choose the file whose lines are returned.
+  - >-
+    The default log is never followed out of the job directory: a C(job.log) that resolves outside it is not read
+    (C(log_refused), WARN). A symlink that stays inside the job directory is followed.
+  - >-
+    Size and kind bounds: only regular files are read as logs (checked before the open, which never blocks, so a
+    FIFO or C(/dev/zero) is refused rather than read), at most the last 256 MiB of a log are scanned (line
+    numbers then count from the first whole line scanned, and C(log_skipped_bytes) in each of RV(jobs) says how
+    much was skipped), a line longer than 4 MiB is cut there, and the job's small files (PID, status, items) are
+    read only when they are regular files, at most 16 MiB each.
 """
 
 EXAMPLES = r"""
@@ -145,6 +175,7 @@ jobs:
       last_start: "2026-07-03T22:11:09Z"
       log_path: /root/autodl-tmp/jobs/ablations/job.log
       log_age_seconds: 2710
+      log_skipped_bytes: 0
       tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
       vanished_reason: unknown
       oom_kills_since_launch: 0
@@ -178,6 +209,12 @@ findings:
       job: ablations
       message: "ablations is not running at 17/24 items (no final status, likely cause: unknown)"
       action: Read the tail of the log, classify the failure, then restart the remaining items.
+    - level: WARN
+      code: job_meta_untrusted
+      job: ablations
+      message: "ablations: job.meta.json is ignored: /root/.trainer/jobs/ablations/job.meta.json is writable by
+        group or others (mode 0666)"
+      action: Only the job's own files are trusted; make the job directory yours and writable by you alone.
 """
 
 import os
@@ -207,6 +244,7 @@ def build_module():
             progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
             stale_minutes=dict(type="int", default=30),
             tail_lines=dict(type="int", default=20),
+            scan_timeout=dict(type="int", default=30),
             paths=dict(type="list", elements="path", default=[]),
             warn_pct=dict(type="int", default=85),
             fail_pct=dict(type="int", default=95),
@@ -225,18 +263,40 @@ class StatusError(Exception):
     """Arguments job_status cannot work with; the message says what to fix."""
 
 
+MAX_TAIL_LINES = 10000
+
+
+def run_dir_of(params):
+    """The run directory, ``~`` expanded and absolute; raises StatusError when it is empty or relative."""
+    return job_layout.resolve_run_dir(params["run_dir"], StatusError)
+
+
 def validate(params):
     """-> (job list, compiled progress regex); raises StatusError with what to fix."""
-    job_list = params["jobs"] or [{"name": params["name"], "log_path": params["log_path"],
-                                   "queue_length": params["queue_length"]}]
+    if params["jobs"] is not None and (params["log_path"] is not None or params["queue_length"]):
+        raise StatusError("log_path and queue_length apply to name only: with jobs, give them in each entry of jobs")
+    job_list = params["jobs"] if params["jobs"] is not None else [
+        {"name": params["name"], "log_path": params["log_path"], "queue_length": params["queue_length"]}]
+    if not job_list:
+        raise StatusError("jobs is empty: name at least one job")
     for job in job_list:
-        if not job_layout.valid_name(job["name"]):
-            raise StatusError("job name %r may contain only letters, digits, '_', '.' and '-'" % job["name"])
+        problem = job_layout.name_problem(job["name"])
+        if problem:
+            raise StatusError(problem)
         if job["queue_length"] < 0:
             raise StatusError("queue_length of %s must be 0 or more" % job["name"])
+        if job["log_path"] is not None and not os.path.isabs(job["log_path"]):
+            raise StatusError("log_path %r of %s must be an absolute path" % (job["log_path"], job["name"]))
     for key in ("stale_minutes", "tail_lines", "timeout"):
         if params[key] < 0:
             raise StatusError("%s must be 0 or more, got %d" % (key, params[key]))
+    if params["tail_lines"] > MAX_TAIL_LINES:
+        raise StatusError("tail_lines must be at most %d, got %d" % (MAX_TAIL_LINES, params["tail_lines"]))
+    if params["scan_timeout"] < 1:
+        raise StatusError("scan_timeout must be 1 or more seconds, got %d" % params["scan_timeout"])
+    for index, path in enumerate(params["paths"]):
+        if not path or not path.strip():
+            raise StatusError("paths[%d] is empty: name a directory or remove the entry" % index)
     if not 0 < params["warn_pct"] <= params["fail_pct"] <= 100:
         raise StatusError("warn_pct (%d) and fail_pct (%d) must satisfy 0 < warn_pct <= fail_pct <= 100"
                           % (params["warn_pct"], params["fail_pct"]))
@@ -247,37 +307,72 @@ def validate(params):
     return job_list, regex
 
 
-def scan_log_file(path, regex, tail_lines):
-    """(scan result, mtime) of a log, or (None, None) when it cannot be read."""
+def scan_log_file(path, regex, params, inside=None):
+    """dict(scan, mtime, skipped_bytes) of a log, or None when it does not exist. Raises job_log.LogRefused, and
+    StatusError when the scan runs past scan_timeout."""
     try:
-        with open(path, "r", errors="replace") as handle:
-            scan = job_log.scan_log(job_log.read_blocks(handle), regex, tail_lines)
-        return scan, os.stat(path).st_mtime
-    except (IOError, OSError):
-        return None, None
+        return job_log.scan_log_file(path, regex, params["tail_lines"], inside=inside, seconds=params["scan_timeout"])
+    except job_log.ScanTimeout:
+        raise StatusError(
+            "scanning %s took longer than scan_timeout (%d s) and was stopped: progress_regex is probably "
+            "catastrophic (nested repetition such as (a+)+$ backtracks exponentially); simplify it, or raise "
+            "scan_timeout for a very large log" % (path, params["scan_timeout"]))
+    except RuntimeError as exc:
+        raise StatusError("scanning %s failed: %s" % (path, exc))
+
+
+def choose_log(spec, paths, meta, meta_problem):
+    """(log path, the directory it must resolve inside or None, how it was chosen).
+
+    The task's log_path is the user's word; a trusted meta's log_path is the one detached_job recorded at start;
+    otherwise the default ``<job dir>/job.log``, which is never followed out of the job directory.
+    """
+    if spec["log_path"]:
+        return spec["log_path"], None, "task"
+    recorded = meta.get("log_path") if not meta_problem else None
+    if isinstance(recorded, str) and os.path.isabs(recorded) and recorded != paths["log_path"]:
+        return recorded, None, "meta"
+    return paths["log_path"], paths["job_dir"], "default"
 
 
 def report_job(module, spec, regex, oom, now, boot_epoch):
     params = module.params
-    paths = job_layout.job_paths(os.path.abspath(os.path.expanduser(params["run_dir"])), spec["name"])
-    meta = job_layout.read_meta(paths)
-    log_path = spec["log_path"] or meta.get("log_path") or paths["log_path"]
+    paths = job_layout.job_paths(run_dir_of(params), spec["name"])
+    meta, meta_problem = job_layout.trusted_meta(paths)
+    findings = []
+    if meta_problem:
+        findings.append(finding(
+            "WARN", "job_meta_untrusted",
+            "%s: job.meta.json is ignored: %s" % (spec["name"], meta_problem),
+            "Only the job's own files are trusted: make %s yours and writable by you alone (chmod go-w), or "
+            "restart the job with remote_gpu.trainer.detached_job." % paths["job_dir"], job=spec["name"]))
+    log_path, inside, chosen = choose_log(spec, paths, meta, meta_problem)
     # the PID with its start time; launched under tmux, before the wrapper wrote its PID file, the session
     pid, alive = job_layout.liveness(paths, lambda: job_layout.tmux_has_session(
         module.run_command, module.get_bin_path("tmux"), spec["name"]))
     # The wrapper deletes status.json before it writes its PID, so a status file always belongs to the latest run.
-    final = job_layout.parse_status(job_layout.read_text(paths["status_file"]))
+    final = job_layout.parse_status(job_layout.read_text(paths["status_file"], job_layout.MAX_META_BYTES))
     items = job_layout.item_statuses(paths["items_dir"])
-    scan, mtime = scan_log_file(log_path, regex, params["tail_lines"])
-    scan = scan or job_log.scan_log([], regex, 0)
+    try:
+        found = scan_log_file(log_path, regex, params, inside)
+    except job_log.LogRefused as exc:
+        if chosen == "task":
+            raise StatusError("log_path of %s: %s" % (spec["name"], exc))
+        findings.append(finding("WARN", "log_refused", "%s: the log is not read: %s" % (spec["name"], exc),
+                                "Put a regular log file back at %s (or give log_path)." % log_path, job=spec["name"]))
+        found = None
+    scan = found["scan"] if found else job_log.scan_log([], regex, 0)
+    mtime = found["mtime"] if found else None
     # The rise of the oom_kill counter of the cgroup the job was launched in (recorded at launch); None when that
     # file is gone or was never known, so an OOM is never inferred without it.
     delta = None
     if isinstance(meta.get("oom_kill_at_launch"), int):
         if meta.get("oom_events_path") == oom["path"]:
             counters = oom["counters"]
+        elif isinstance(meta.get("oom_events_path"), str):
+            counters = cgroup.read_counters(meta["oom_events_path"])
         else:
-            counters = cgroup.read_counters(meta.get("oom_events_path"))
+            counters = None
         if counters and "oom_kill" in counters:
             delta = max(0, counters["oom_kill"] - meta["oom_kill_at_launch"])
     last_exit = final["exit_code"] if final else None
@@ -300,14 +395,17 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "log_path": log_path,
         "log_exists": mtime is not None,
         "log_age_seconds": int(max(0, now - mtime)) if mtime is not None else None,
+        "log_skipped_bytes": found["skipped_bytes"] if found else 0,
         "tail": scan["tail"],
         "oom_kills_since_launch": delta,
         "vanished_reason": None,
     }
     if not alive and job["exists"]:
-        job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta, meta.get("launched_epoch"),
+        launched = meta.get("launched_epoch")
+        job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta,
+                                                      launched if isinstance(launched, (int, float)) else None,
                                                       boot_epoch)
-    return job
+    return job, findings
 
 
 def query_gpus(module, timeout):
@@ -335,6 +433,7 @@ def usage_of(path):
 def run(module):
     params = module.params
     job_list, regex = validate(params)
+    run_dir_of(params)
     now = time.time()
     uptime = procfs.read_uptime()
     boot_epoch = now - uptime if uptime is not None else None
@@ -342,7 +441,8 @@ def run(module):
     oom = {"path": oom_path, "counters": counters}
     findings, reports = [], []
     for spec in job_list:
-        job = report_job(module, spec, regex, oom, now, boot_epoch)
+        job, job_notes = report_job(module, spec, regex, oom, now, boot_epoch)
+        findings.extend(job_notes)
         findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60))
         reports.append(job)
     usages = []

@@ -202,3 +202,25 @@ def test_patrol_changes_nothing_and_costs_one_ssh_execution_per_host(fleet, tmp_
             if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line):
                 counts[host] += 1
     assert counts == dict.fromkeys(hosts, 1), counts
+
+
+def test_look_alike_job_names_are_two_jobs_with_two_tmux_sessions(fleet):
+    """tmux turns '.' into '_' in session names: a.b and a_b must still be two jobs (issue 14, item 1)."""
+    host, module = "lab-04", "remote_gpu.trainer.detached_job"
+    try:
+        rc, dotted = adhoc(fleet, host, module, {"name": "a.b", "command": "sleep 600", "detach": "tmux"})
+        assert rc == 0 and dotted["started"] and dotted["running"], dotted
+        rc, under = adhoc(fleet, host, module, {"name": "a_b", "command": "sleep 600", "detach": "tmux"})
+        assert rc == 0 and under["started"] and under["running"], under  # not "already running (pid None)"
+        assert under["pid"] != dotted["pid"]
+        listed = fleet.ssh(host, "tmux list-sessions -F '#{session_name}'").stdout.split()
+        assert {"trainer-a+b", "trainer-a_b"} <= set(listed), listed
+        rc, stopped = adhoc(fleet, host, module, {"name": "a_b", "state": "stopped"})
+        assert rc == 0 and stopped["changed"], stopped
+        rc, again = adhoc(fleet, host, module, {"name": "a.b", "command": "sleep 600", "detach": "tmux"})
+        assert rc == 0 and again["started"] is False and again["pid"] == dotted["pid"], again  # a.b still runs
+        listed = fleet.ssh(host, "tmux list-sessions -F '#{session_name}'").stdout.split()
+        assert "trainer-a+b" in listed and "trainer-a_b" not in listed, listed
+    finally:
+        for name in ("a.b", "a_b"):
+            adhoc(fleet, host, module, {"name": name, "state": "stopped"})

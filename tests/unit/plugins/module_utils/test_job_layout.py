@@ -98,3 +98,104 @@ def test_stop_job_terms_the_group_then_kills_what_ignores_it(tmp_path):
     time.sleep(0.2)  # let bash install its trap
     assert job_layout.stop_job(paths, stubborn.pid, timeout=0.5, kill_wait=5) is True
     assert stubborn.wait(timeout=5) == -9
+
+
+def test_look_alike_names_get_distinct_tmux_sessions():
+    # tmux turns "." into "_": "a.b" and "a_b" must not map to one session (issue 14, item 1)
+    assert job_layout.tmux_session("a.b") != job_layout.tmux_session("a_b")
+    assert job_layout.tmux_session("a_b") == "trainer-a_b" and job_layout.tmux_session("a.b") == "trainer-a+b"
+    for name in ("a.b", "a_b", "a-b", "v1.2.3", ".hidden", "x"):
+        session = job_layout.tmux_session(name)
+        assert "." not in session and ":" not in session
+        assert job_layout.job_of_session(session) == name
+    assert job_layout.job_of_session("other-a_b") is None and job_layout.job_of_session("trainer-a/b") is None
+
+
+def test_names_that_would_be_altered_or_read_as_options_are_invalid():
+    for bad in ("abc\n", "-rf", "a:b", "a b", "", ".", "..", None, "a/b", "\u00e9"):
+        assert not job_layout.valid_name(bad), bad
+        assert "job name" in job_layout.name_problem(bad)
+    assert job_layout.name_problem("abl-1.v2_x") is None
+
+
+def test_resolve_run_dir_refuses_empty_and_relative(tmp_path):
+    assert job_layout.resolve_run_dir(str(tmp_path) + "/x/../jobs") == str(tmp_path / "jobs")
+    assert job_layout.resolve_run_dir("~/j") == os.path.expanduser("~/j")
+    for bad, words in (("", "empty"), ("  ", "empty"), ("jobs", "relative"), ("/a\nb", "newline")):
+        try:
+            job_layout.resolve_run_dir(bad)
+        except ValueError as exc:
+            assert words in str(exc)
+        else:
+            raise AssertionError("accepted %r" % bad)
+
+
+def test_trusted_meta_only_from_the_users_own_private_file(tmp_path):
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"], mode=0o700)
+    assert job_layout.trusted_meta(paths) == ({}, None)  # absent
+    job_layout.write_meta(paths, {"log_path": "/x/job.log"})
+    assert job_layout.trusted_meta(paths) == ({"log_path": "/x/job.log"}, None)
+    assert "owned by uid" in job_layout.trusted_meta(paths, uid=os.geteuid() + 1)[1]
+    os.chmod(paths["meta_file"], 0o622)
+    meta, why = job_layout.trusted_meta(paths)
+    assert meta == {} and "writable by group or others" in why
+    os.chmod(paths["meta_file"], 0o600)
+    os.chmod(paths["job_dir"], 0o777)
+    assert "writable by others" in job_layout.trusted_meta(paths)[1]
+    os.chmod(paths["job_dir"], 0o700)
+    os.rename(paths["meta_file"], paths["meta_file"] + ".real")
+    os.symlink(paths["meta_file"] + ".real", paths["meta_file"])
+    assert "symbolic link" in job_layout.trusted_meta(paths)[1]
+    os.unlink(paths["meta_file"])
+    os.mkfifo(paths["meta_file"], 0o600)
+    assert "not a regular file" in job_layout.trusted_meta(paths)[1]  # and it did not block
+
+
+def test_read_text_never_opens_a_fifo_or_device_and_is_bounded(tmp_path):
+    fifo = tmp_path / "job.pid"
+    os.mkfifo(str(fifo))
+    assert job_layout.read_text(str(fifo)) is None  # no reader would ever come: it must not block
+    assert job_layout.read_text("/dev/zero") is None
+    big = tmp_path / "big"
+    big.write_text("7" * 100)
+    assert job_layout.read_text(str(big), 10) == "7" * 10
+    assert job_layout.read_text(str(tmp_path / "absent")) is None
+
+
+def test_signal_trust_problem_refuses_plantable_pid_files(tmp_path):
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    os.makedirs(paths["job_dir"], mode=0o700)
+    for key in ("pid_file", "starttime_file"):
+        with open(paths[key], "w") as handle:
+            handle.write("1\n")
+        os.chmod(paths[key], 0o644)
+    assert job_layout.signal_trust_problem(paths) is None
+    assert "owned by uid" in job_layout.signal_trust_problem(paths, uid=os.geteuid() + 1)
+    os.chmod(paths["pid_file"], 0o666)
+    assert "writable by others" in job_layout.signal_trust_problem(paths)
+    os.chmod(paths["pid_file"], 0o644)
+    os.chmod(paths["job_dir"], 0o777)
+    assert "job directory" in job_layout.signal_trust_problem(paths)
+    os.chmod(paths["job_dir"], 0o1777)  # sticky: others cannot replace the user's files
+    assert job_layout.signal_trust_problem(paths) is None
+    os.chmod(paths["job_dir"], 0o700)
+    os.unlink(paths["starttime_file"])
+    os.symlink(paths["pid_file"], paths["starttime_file"])
+    assert "not a regular file" in job_layout.signal_trust_problem(paths)
+
+
+def test_the_wrapper_writes_private_pid_files_whatever_the_umask(tmp_path):
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_wrapper, procfs
+
+    paths = job_layout.job_paths(str(tmp_path), "j")
+    lib = str(tmp_path / "j" / "lib")
+    job_wrapper.install_lib(lib, (job_layout, atomic, procfs))
+    text = job_wrapper.wrapper_text("j", paths, "true", python=sys.executable, lib_dir=lib)
+    wrapper = tmp_path / "j" / job_wrapper.wrapper_name(text)
+    wrapper.write_text(text)
+    subprocess.run(["bash", "-c", 'umask 000; exec bash "$0"', str(wrapper)], env={"PATH": os.environ["PATH"]},
+                   timeout=60, check=True)
+    for key in ("pid_file", "starttime_file"):
+        assert os.stat(paths[key]).st_mode & 0o022 == 0
+    assert job_layout.signal_trust_problem(paths) is None

@@ -366,3 +366,52 @@ def test_refuses_to_start_on_an_inode_exhausted_log_disk(module_runner, tmp_path
         failed, result = start(module_runner, tmp_path / "jobs", "i", "true", detach="nohup",
                                log_path=str(fs / "logs" / "i.log"))
         assert failed and "inodes_exhausted" in result["msg"]
+
+
+def test_look_alike_names_are_two_jobs_with_two_tmux_sessions(module_runner, run_dir, tmux_env):
+    """Issue 14, item 1: tmux turns '.' into '_', so a.b and a_b once shared the session trainer-a_b."""
+    tmux = shutil.which("tmux")
+    failed, dotted = start(module_runner, run_dir, "a.b", LONG, detach="tmux")
+    assert not failed and dotted["running"], dotted
+    failed, under = start(module_runner, run_dir, "a_b", LONG, detach="tmux")
+    assert not failed and under["started"] and under["running"], under  # not "already running (pid None)"
+    assert under["pid"] != dotted["pid"]
+    listed = subprocess.run([tmux, "list-sessions", "-F", "#{session_name}"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert sorted(listed) == ["trainer-a+b", "trainer-a_b"]
+    failed, stopped = module_runner(detached_job, {"name": "a_b", "run_dir": str(run_dir), "state": "stopped"})
+    assert not failed and stopped["changed"]
+    assert not procfs.pid_exists(under["pid"]) and procfs.pid_exists(dotted["pid"])  # a.b is untouched
+    report = status(module_runner, run_dir, "a.b")
+    assert report["jobs"][0]["alive"] and report["jobs"][0]["pid"] == dotted["pid"]
+
+
+def test_a_log_that_is_a_directory_fails_before_anything_starts(module_runner, run_dir, tmp_path):
+    """Issue 14, item 6: this used to report "started" while every line of output was lost, then exit 0."""
+    log_dir = tmp_path / "logdir"
+    log_dir.mkdir()
+    failed, result = start(module_runner, run_dir, "ld", "echo ran", detach="nohup", log_path=str(log_dir))
+    assert failed and str(log_dir) in result["msg"] and "is a directory" in result["msg"]
+    assert result["started"] is False and not (run_dir / "ld" / "job.pid").exists()
+    failed, result = start(module_runner, run_dir, "ld", "echo ran", detach="nohup", log_path=str(log_dir),
+                           _ansible_check_mode=True)
+    assert failed and "is a directory" in result["msg"]
+
+
+@pytest.mark.root
+def test_a_log_on_a_read_only_filesystem_fails_with_its_path(module_runner, run_dir, tmp_path, tmpfs):
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as fs:
+        log = fs / "logs" / "ro.log"
+        failed, result = start(module_runner, run_dir, "ro", "echo ran", detach="nohup", log_path=str(log))
+        assert failed and "cannot be written" in result["msg"] and str(fs / "logs") in result["msg"]
+        assert result["started"] is False and not (run_dir / "ro" / "job.pid").exists()
+        failed, result = start(module_runner, run_dir, "ro", "echo ran", detach="nohup", log_path=str(log),
+                               _ansible_check_mode=True)
+        assert failed and "cannot be written" in result["msg"]
+
+
+def test_check_mode_refuses_a_log_under_a_regular_file(module_runner, run_dir, tmp_path):
+    (tmp_path / "plain").write_text("x")
+    failed, result = start(module_runner, run_dir, "cf", "true", log_path=str(tmp_path / "plain" / "j.log"),
+                           _ansible_check_mode=True)
+    assert failed and "Not a directory" in result["msg"] and str(tmp_path / "plain") in result["msg"]

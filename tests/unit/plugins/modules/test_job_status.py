@@ -193,3 +193,58 @@ def test_the_probe_changes_nothing(module_runner, tmp_path):
     failed, result = module_runner(job_status, {"name": "ro", "run_dir": str(tmp_path / "jobs")})
     assert failed and result["changed"] is False  # fail_on FAIL by default
     assert {p: os.stat(str(job_dir / p)).st_mtime_ns for p in os.listdir(str(job_dir))} == before
+
+
+def test_a_planted_meta_never_names_the_file_that_is_tailed(module_runner, tmp_path):
+    """Issue 14, item 7: a job.meta.json that others could write named /etc/shadow, and its lines were shown."""
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "p", meta={"log_path": "/etc/passwd", "detach": "tmux"}, log="epoch 2\n")
+    os.chmod(str(job_dir / "job.meta.json"), 0o666)
+    result = report(module_runner, {"name": "p", "run_dir": str(run_dir)})
+    job = result["jobs"][0]
+    assert job["log_path"] == str(job_dir / "job.log") and job["progress"]["value"] == 2
+    assert job["detach"] is None and not any(line.startswith("root:") for line in job["tail"])
+    assert ("job_meta_untrusted", "WARN") in [(f["code"], f["level"]) for f in result["findings"]]
+    os.chmod(str(job_dir / "job.meta.json"), 0o600)  # the user's own private meta is trusted
+    job = report(module_runner, {"name": "p", "run_dir": str(run_dir)})["jobs"][0]
+    assert job["log_path"] == "/etc/passwd" and job["detach"] == "tmux"
+
+
+@pytest.mark.root
+def test_a_meta_owned_by_another_user_is_not_trusted(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "o", meta={"log_path": "/etc/passwd"})
+    os.chmod(str(job_dir / "job.meta.json"), 0o600)
+    os.chown(str(job_dir / "job.meta.json"), 65534, 65534)
+    result = report(module_runner, {"name": "o", "run_dir": str(run_dir)})
+    assert result["jobs"][0]["log_path"] == str(job_dir / "job.log")
+    assert any(f["code"] == "job_meta_untrusted" and "owned by uid 65534" in f["message"]
+               for f in result["findings"])
+
+
+def test_the_default_log_is_never_followed_out_of_the_job_directory(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "s")
+    (job_dir / "job.log").unlink()
+    os.symlink("/etc/passwd", str(job_dir / "job.log"))
+    result = report(module_runner, {"name": "s", "run_dir": str(run_dir)})
+    assert result["jobs"][0]["tail"] == [] and result["jobs"][0]["log_exists"] is False
+    assert any(f["code"] == "log_refused" and "outside" in f["message"] for f in result["findings"])
+
+
+def test_unreadable_kinds_of_log_and_a_catastrophic_regex_are_clear_errors(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    make_job(run_dir, "z", log="a" * 40 + "b\n")
+    os.mkfifo(str(tmp_path / "fifo"))
+    for path, words in (("/dev/zero", "character device"), (str(tmp_path / "fifo"), "FIFO")):
+        failed, result = module_runner(job_status, {"name": "z", "run_dir": str(run_dir), "log_path": path})
+        assert failed and path in result["msg"] and words in result["msg"]
+    began = time.monotonic()
+    failed, result = module_runner(job_status, {"name": "z", "run_dir": str(run_dir), "progress_regex": "(a+)+$",
+                                                "scan_timeout": 1})
+    assert failed and "scan_timeout (1 s)" in result["msg"] and "catastrophic" in result["msg"]
+    assert time.monotonic() - began < 15
+    for args, words in (({"run_dir": ""}, "run_dir is empty"), ({"tail_lines": -1}, "tail_lines"),
+                        ({"tail_lines": 10 ** 6}, "at most")):
+        failed, result = module_runner(job_status, dict({"name": "z", "run_dir": str(run_dir)}, **args))
+        assert failed and words in result["msg"]

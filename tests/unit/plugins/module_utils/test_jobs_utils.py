@@ -223,3 +223,78 @@ def test_the_wrapper_writes_its_status_with_job_layout(tmp_path):
     status = json.loads((tmp_path / "abl-1" / "status.json").read_text())
     assert status["exit_code"] == 3 and status["item"] is None and status["started"] and status["finished"]
     assert "==== trainer: finished " in (tmp_path / "abl-1" / "job.log").read_text()
+
+
+def test_open_log_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
+    os.mkfifo(str(tmp_path / "fifo"))
+    for path, kind in ((str(tmp_path / "fifo"), "a FIFO"), ("/dev/zero", "a character device"),
+                       (str(tmp_path), "a directory")):
+        with pytest.raises(job_log.LogRefused, match=kind):
+            job_log.open_log(path)
+    assert job_log.open_log(str(tmp_path / "absent")) == (None, None)
+    os.symlink("/etc/hostname", str(tmp_path / "out.log"))
+    with pytest.raises(job_log.LogRefused, match="outside"):
+        job_log.open_log(str(tmp_path / "out.log"), inside=str(tmp_path))
+    (tmp_path / "real.log").write_text("x\n")
+    os.symlink("real.log", str(tmp_path / "in.log"))
+    fd, _st = job_log.open_log(str(tmp_path / "in.log"), inside=str(tmp_path))
+    os.close(fd)
+
+
+def test_fd_blocks_reads_a_bounded_window_from_a_whole_line(tmp_path, monkeypatch):
+    path = tmp_path / "log"
+    path.write_bytes(b"one\ntwo\nthree\n" + b"y" * 50 + b"\nfour\nfive")
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        skipped, blocks = job_log.fd_blocks(fd, os.fstat(fd).st_size)
+        assert skipped == 0 and "".join(blocks).endswith("four\nfive")
+        skipped, blocks = job_log.fd_blocks(fd, os.fstat(fd).st_size, limit=64, block=8)
+        text = "".join(blocks)
+        assert text.startswith("y") and text.endswith("four\nfive") and skipped == len(b"one\ntwo\nthree\n")
+        monkeypatch.setattr(job_log, "MAX_LINE_CHARS", 10)  # an overlong line is cut, the next ones are kept
+        _skipped, blocks = job_log.fd_blocks(fd, os.fstat(fd).st_size, block=8)
+        assert "".join(blocks).splitlines() == ["one", "two", "three", "y" * 10, "four", "five"]
+    finally:
+        os.close(fd)
+
+
+def test_scan_log_file_stops_a_catastrophic_regex_at_its_deadline(tmp_path):
+    import time
+
+    log = tmp_path / "job.log"
+    log.write_text("a" * 40 + "b\n")
+    began = time.monotonic()
+    with pytest.raises(job_log.ScanTimeout):
+        job_log.scan_log_file(str(log), job_log.compile_progress("(a+)+$"), seconds=1)
+    assert time.monotonic() - began < 10
+    found = job_log.scan_log_file(str(log), REGEX, tail_lines=1, seconds=5)
+    assert found["scan"]["tail"] == ["a" * 40 + "b"] and found["skipped_bytes"] == 0 and found["mtime"]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        job_log.call_with_deadline(lambda: 1 // 0, 5)
+
+
+def test_short_line_keeps_both_ends():
+    assert job_log.short_line("abc") == "abc"
+    line = "s" * 3000 + "m" * 5000 + "e" * 3000
+    cut = job_log.short_line(line)
+    assert cut.startswith("s" * 1024) and cut.endswith("e" * 3000) and "characters cut" in cut and len(cut) < 4200
+
+
+def test_the_wrapper_ends_with_exit_74_when_its_log_cannot_be_written(tmp_path):
+    """Issue 14, item 6: a log that is a directory used to leave the job running with its output lost and exit 0."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path / "log-is-a-dir"
+    log_dir.mkdir()
+    paths = job_layout.job_paths(str(tmp_path), "j", str(log_dir))
+    lib = str(tmp_path / "j" / "lib")
+    job_wrapper.install_lib(lib, (job_layout, atomic, procfs))
+    text = job_wrapper.wrapper_text("j", paths, "echo ran > %s/ran" % tmp_path, python=sys.executable, lib_dir=lib)
+    wrapper = tmp_path / "j" / job_wrapper.wrapper_name(text)
+    wrapper.write_text(text)
+    proc = subprocess.run(["bash", str(wrapper)], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 74 and "cannot write the log" in proc.stdout
+    assert json.loads((tmp_path / "j" / "status.json").read_text())["exit_code"] == 74
+    assert not (tmp_path / "ran").exists()
