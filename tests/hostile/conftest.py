@@ -29,10 +29,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 # the harness, and the controller-action harness shared with the unit tests of the actions
 sys.path[:0] = [str(HERE), str(HERE.parent / "unit" / "plugins" / "action")]
 
-from hostile import run_case  # noqa: E402  pylint: disable=wrong-import-position
+from hostile import end_started, run_case  # noqa: E402  pylint: disable=wrong-import-position
 
 
 @pytest.fixture
 def hostile(capsys, tmp_path):
     """``hostile(case)`` runs one case (``case.args`` may be a function of ``tmp_path``) and asserts its outcome."""
     return lambda case: run_case(case, capsys, tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def end_started_processes():
+    """Every process a case started with ``hostile.start`` is ended after its test, by PID."""
+    yield
+    end_started()

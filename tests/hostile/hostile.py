@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import traceback
 
 from ansible.errors import AnsibleActionFail
@@ -12,6 +13,24 @@ from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.action import ActionBase
 
 OUTCOMES = ("error", "refused", "ok")
+
+
+# The processes the cases started (hostile.start); conftest.py ends them, by PID, after each test.
+STARTED = []
+
+
+def start(argv, **popen_args):
+    """Start a helper process for a case (a bystander, a holder of a file) and remember it to end it later."""
+    proc = subprocess.Popen(argv, **popen_args)  # pylint: disable=consider-using-with
+    STARTED.append(proc)
+    return proc
+
+
+def end_started():
+    while STARTED:
+        proc = STARTED.pop()
+        proc.kill()
+        proc.wait()
 
 
 class Hang(Exception):

@@ -12,7 +12,8 @@ import tempfile
 
 import pytest
 
-from hostile import Case
+import hostile
+from hostile import Case, start
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, procfs
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
@@ -48,24 +49,13 @@ def kill_started_jobs(tmp_path):
                     pass
 
 
-BYSTANDERS = []
-
-
-@pytest.fixture(autouse=True)
-def reap_bystanders():
-    yield
-    while BYSTANDERS:
-        proc = BYSTANDERS.pop()
-        proc.kill()
-        proc.wait()
 
 
 def planted_pid(mode_of):
     """A job directory whose PID files name a bystander process (its own group leader), with ``mode_of`` making
     them plantable by others: the arguments stop that job."""
     def build(tmp):
-        proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
-        BYSTANDERS.append(proc)
+        proc = start(["sleep", "120"], start_new_session=True)
         path = job_dir(tmp)
         (path / "job.pid").write_text("%d\n" % proc.pid)
         (path / "job.starttime").write_text("%d\n" % procfs.read_stat(proc.pid)["starttime"])
@@ -75,7 +65,7 @@ def planted_pid(mode_of):
 
 
 def bystander_alive(result, _tmp):
-    assert BYSTANDERS and BYSTANDERS[-1].poll() is None, "the planted PID was signalled"
+    assert hostile.STARTED and hostile.STARTED[-1].poll() is None, "the planted PID was signalled"
     assert result.get("changed") is not True or result.get("failed")
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 
 import pytest
 
-from hostile import Case
+from hostile import Case, start
 
 from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import ActionModule as FleetReport
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
@@ -206,26 +205,13 @@ INODE_CHECK = [
 # vram_reaper: every case is a dry run or holds only files of its own test
 # ---------------------------------------------------------------------------------------------------------------
 
-HELD = []
-
-
 def hold(path, mode="<"):
     """A process of this test holding ``path`` open (bash redirection ``mode``)."""
-    proc = subprocess.Popen(["bash", "-c", 'exec 3%s"$0"; exec sleep 120' % mode, str(path)])
-    HELD.append(proc)
+    proc = start(["bash", "-c", 'exec 3%s"$0"; exec sleep 120' % mode, str(path)])
     deadline = time.time() + 10
     while time.time() < deadline and not any(target == str(path) for _fd, target in procfs.fd_entries(proc.pid)):
         time.sleep(0.05)
     return proc
-
-
-@pytest.fixture(autouse=True)
-def release_held():
-    yield
-    while HELD:
-        proc = HELD.pop()
-        proc.kill()
-        proc.wait()
 
 
 def reaper(tmp, **extra):
