@@ -218,18 +218,7 @@ def match_targets(targets, pattern):
 
 def fd_targets(pid, proc=PROC):
     """The readlink of every open file descriptor of PID; empty when it cannot be read (another user, gone)."""
-    fd_dir = os.path.join(proc, str(pid), "fd")
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return []
-    targets = []
-    for name in names:
-        try:
-            targets.append(os.readlink(os.path.join(fd_dir, name)))
-        except OSError:
-            continue
-    return targets
+    return [target for _name, target in fd_entries(pid, proc)]
 
 
 def holders(pattern, proc=PROC, accept=None):
