@@ -46,20 +46,12 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
 """
 
-    # POSIX for a module that only reads: check mode runs it as usual. (Written out: ansible-test's yamllint reads
-    # each fragment as one string literal.)
+    # Added after POSIX for a module that only reads (the fragments' check_mode entries merge): check mode runs it
+    # as usual.
     READ_ONLY = r"""
 options: {}
 attributes:
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
-  platform:
-    description: Target OS/families that can be operated against.
-    support: N/A
-    platforms: posix
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: The module only reads, so check mode runs it as usual.
 """

@@ -25,6 +25,7 @@ description:
   - Checks that the proxy hook the profile expects is present.
   - Read-only.
 extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.fail_on
 options:

@@ -23,6 +23,7 @@ description:
     (C(hf_cache_large) when a big cache sits on the home disk instead of the data disk).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.disk_thresholds
   - remote_gpu.trainer.fail_on

@@ -32,6 +32,7 @@ description:
     timeout, with O(gpu)), and the cgroup's OOM kill counter.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.disk_thresholds
   - remote_gpu.trainer.fail_on
