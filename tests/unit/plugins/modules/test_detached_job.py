@@ -89,6 +89,14 @@ def finished(run_dir, name):
     return os.path.exists(os.path.join(str(run_dir), name, "status.json")) and not (pid and procfs.pid_exists(pid))
 
 
+def run_to_end(runner, run_dir, name, command, **extra):
+    """Start a nohup job, wait until it has ended, and return job_status's report of it."""
+    failed, result = start(runner, run_dir, name, command, detach="nohup", **extra)
+    assert not failed, result
+    assert wait_for(lambda: finished(run_dir, name))
+    return status(runner, run_dir, name)
+
+
 def codes(result):
     return sorted(f["code"] for f in result["findings"])
 
@@ -190,11 +198,7 @@ def test_child_killed_reports_killed_exit_137(module_runner, run_dir):
 
 
 def test_traceback_is_a_crash(module_runner, run_dir):
-    failed, _result = start(module_runner, run_dir, "tb", "echo 'epoch 1'; python3 -c 'raise ValueError(42)'",
-                            detach="nohup")
-    assert not failed
-    assert wait_for(lambda: finished(run_dir, "tb"))
-    report = status(module_runner, run_dir, "tb")
+    report = run_to_end(module_runner, run_dir, "tb", "echo 'epoch 1'; python3 -c 'raise ValueError(42)'")
     job = report["jobs"][0]
     assert codes(report) == ["job_crashed", "job_gone_incomplete"]
     assert job["crash_markers"][0]["kind"] == "traceback" and job["crash_markers"][0]["line_no"] == 3
@@ -204,11 +208,7 @@ def test_traceback_is_a_crash(module_runner, run_dir):
 
 
 def test_metric_named_val_error_is_not_a_crash(module_runner, run_dir):
-    failed, _result = start(module_runner, run_dir, "ve", "echo 'Epoch 3/10 val_error=0.3 error_rate=0.1'",
-                            detach="nohup")
-    assert not failed
-    assert wait_for(lambda: finished(run_dir, "ve"))
-    report = status(module_runner, run_dir, "ve")
+    report = run_to_end(module_runner, run_dir, "ve", "echo 'Epoch 3/10 val_error=0.3 error_rate=0.1'")
     job = report["jobs"][0]
     assert job["crash_markers"] == [] and job["last_exit_code"] == 0
     assert job["progress"]["value"] == 3 and job["progress"]["total"] == 10
@@ -265,9 +265,7 @@ done"""
 
 
 def test_queue_items_written_through_trainer_items_dir(module_runner, run_dir):
-    failed, _result = start(module_runner, run_dir, "queue", QUEUE, detach="nohup")
-    assert not failed
-    assert wait_for(lambda: finished(run_dir, "queue"))
+    run_to_end(module_runner, run_dir, "queue", QUEUE)
     report = status(module_runner, run_dir, "queue", queue_length=3)
     assert report["jobs"][0]["items_done"] == 3 and codes(report) == ["job_finished"]
     report = status(module_runner, run_dir, "queue", queue_length=4)
