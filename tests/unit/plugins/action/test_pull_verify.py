@@ -116,12 +116,17 @@ def test_extra_files_pass_when_allowed(box, pulls):
     assert result["verified"] is True and not result.get("failed")
 
 
+def assert_refused(result, dest, fragment):
+    """The pull failed, its message says why, and nothing was marked verified."""
+    assert result["failed"] is True and fragment in result["msg"], result["msg"]
+    assert not (dest / teardown.VERIFIED_NAME).exists()
+
+
 def test_a_manifest_that_differs_from_the_boxs_fails_and_marks_nothing(box, pulls):
     dest = copy_to_controller(box, pulls)
     verify(box, pulls)
     result = verify(box, pulls, manifest_sha256="c" * 64)
-    assert result["failed"] is True and "differs from the box's" in result["msg"]
-    assert not (dest / teardown.VERIFIED_NAME).exists()
+    assert_refused(result, dest, "differs from the box's")
 
 
 def test_a_missing_or_broken_manifest_fails_and_says_which(box, pulls):
@@ -295,8 +300,7 @@ def test_a_manifest_with_no_files_is_never_verified(box, pulls):
     empty = b'{"files": [], "root": "/r", "total_bytes": 0, "version": 1}\n'
     (dest / teardown.MANIFEST_NAME).write_bytes(empty)
     result = verify(box, pulls, manifest_sha256=hashlib.sha256(empty).hexdigest(), allow_extra=True)
-    assert result["failed"] is True and "lists no files" in result["msg"]
-    assert not (dest / teardown.VERIFIED_NAME).exists()
+    assert_refused(result, dest, "lists no files")
 
 
 def test_a_verified_file_that_is_a_directory_fails_with_what_to_remove(box, pulls):
