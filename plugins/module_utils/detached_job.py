@@ -1,0 +1,135 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The checks of detached_job before it writes or starts anything: its arguments (:func:`validate`) and its log
+(:func:`check_log`). Every problem is a :class:`JobError` whose message says what is wrong and what to do.
+Standard library only (with job_layout.py and fsbudget.py), Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
+
+
+class JobError(Exception):
+    """A problem reported with fail_json: the message says what is wrong and what to do."""
+
+
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_STOP_TIMEOUT = 86400
+
+
+def no_nul(value, what):
+    if "\x00" in value:
+        raise JobError("%s holds a NUL byte, which no shell command or path can carry: remove it" % what)
+
+
+def absolute(path, what):
+    no_nul(path, what)
+    if not os.path.isabs(path):
+        raise JobError("%s %r must be an absolute path (or start with ~): the job runs in its job directory, not in "
+                       "the directory this task runs in" % (what, path))
+
+
+def validate_command(command, state):
+    if isinstance(command, list):
+        if not command or not all(isinstance(arg, (str, int, float)) and not isinstance(arg, bool)
+                                  for arg in command):
+            raise JobError("command must be a non-empty string or a list of strings")
+        if not str(command[0]).strip():
+            raise JobError("the first element of the command list (the program) is empty: name the program to run")
+        for arg in command:
+            no_nul(str(arg), "command")
+    elif not isinstance(command, str) or not command.strip():
+        raise JobError("command is required with state=%s: a string (run by bash -c) or a list" % state)
+    else:
+        no_nul(command, "command")
+
+
+def validate_env_file(env_file):
+    absolute(env_file, "env file")
+    try:
+        mode = os.stat(env_file).st_mode
+    except FileNotFoundError:
+        raise JobError("env file %s does not exist: create it or remove it from env_files" % env_file)
+    except OSError as exc:
+        raise JobError("env file %s cannot be read: %s" % (env_file, exc.strerror))
+    if stat.S_ISDIR(mode):
+        raise JobError("env file %s is a directory: name the file to source, or remove it from env_files" % env_file)
+    if not stat.S_ISREG(mode):
+        raise JobError("env file %s is not a regular file (a FIFO or device would be read forever or once): name a "
+                       "file, or remove it from env_files" % env_file)
+    if not os.access(env_file, os.R_OK):
+        raise JobError("env file %s is not readable by this user: fix its permissions" % env_file)
+
+
+def validate(module):
+    params = module.params
+    problem = job_layout.name_problem(params["name"])
+    if problem:
+        raise JobError(problem)
+    if not 0 <= params["stop_timeout"] <= MAX_STOP_TIMEOUT:
+        raise JobError("stop_timeout must be 0 to %d seconds, got %d" % (MAX_STOP_TIMEOUT, params["stop_timeout"]))
+    if params["log_path"] is not None:
+        if not params["log_path"].strip():
+            raise JobError("log_path is empty: omit it for <run_dir>/<name>/job.log, or give a file path")
+        absolute(params["log_path"], "log_path")
+    if params["state"] == "stopped":
+        return
+    validate_command(params["command"], params["state"])
+    for env_file in params["env_files"]:
+        validate_env_file(env_file)
+    if params["chdir"] is not None:
+        absolute(params["chdir"], "chdir")
+        if not os.path.isdir(params["chdir"]):
+            raise JobError("chdir %s is not a directory" % params["chdir"])
+    for key, value in params["env"].items():
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            raise JobError("env key %r is not a valid shell variable name (letters, digits and '_', not starting "
+                           "with a digit)" % key)
+        if value is None or isinstance(value, (dict, list)):
+            raise JobError("env value of %s must be a string or a number, got %s" % (
+                key, "null" if value is None else type(value).__name__))
+        no_nul(str(value), "env value of %s" % key)
+
+
+def check_log(paths, check_mode):
+    """The log must be a regular file this user can append to (created when absent), and not one of the job's own
+    files; raises JobError naming the path. In check mode nothing is created: permission is asked with access()."""
+    log = os.path.normpath(paths["log_path"])
+    own = [paths[key] for key in ("pid_file", "starttime_file", "meta_file", "status_file")]
+    if log in own or log == paths["job_dir"] or any(
+            log.startswith(paths[key] + os.sep) or log == paths[key] for key in ("lib_dir", "items_dir")) or (
+            os.path.dirname(log) == paths["job_dir"] and os.path.basename(log).startswith("wrapper-")):
+        raise JobError("log_path %s is one of the job's own files: choose another file" % log)
+    try:
+        mode = os.stat(log).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise JobError("cannot use the log %s: %s: choose a log_path in a directory you can write" % (log,
+                                                                                                      exc.strerror))
+    if mode is not None and stat.S_ISDIR(mode):
+        raise JobError("log_path %s is a directory: give the path of a file" % log)
+    if mode is not None and not stat.S_ISREG(mode):
+        raise JobError("log_path %s is not a regular file: the job's output would be lost and job_status could not "
+                       "read it; give the path of a file" % log)
+    if check_mode:
+        probe = log if mode is not None else nearest_existing(os.path.dirname(log))
+        if not os.access(probe, os.W_OK):
+            raise JobError("the log %s cannot be written (%s is not writable): choose another log_path or fix the "
+                           "filesystem" % (log, probe))
+        return
+    try:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
+        os.close(fd)
+    except OSError as exc:
+        raise JobError("the log %s cannot be written: %s: choose another log_path, or fix the filesystem (read-only "
+                       "or full?)" % (getattr(exc, "filename", None) or log, exc.strerror))
