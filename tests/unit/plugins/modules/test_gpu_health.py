@@ -250,16 +250,3 @@ def test_check_mode_is_supported(tmp_path, capsys):
     rc, result = run_module(capsys, nvidia_smi_path=smi, _ansible_check_mode=True)
     assert rc == 0 and result["status"] == "PASS"
 
-
-def test_log_file_reads_only_the_tail_and_refuses_what_is_not_a_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_health, "MAX_KERNEL_LOG_BYTES", 64)
-    log = tmp_path / "kern.log"
-    log.write_text("old line that is cut away\n" * 10 + "the newest line\n")
-    text, reason = gpu_health.read_log_file(str(log))
-    assert reason is None and len(text) == 64 and text.endswith("the newest line\n")
-    assert gpu_health.read_log_file(str(tmp_path / "absent"))[0] is None
-    fifo = tmp_path / "fifo"
-    os.mkfifo(str(fifo))
-    for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a character device"), (str(tmp_path), "a directory")):
-        with pytest.raises(gpu_health.GpuHealthError, match="is %s, not a regular file" % kind):
-            gpu_health.read_log_file(path)
