@@ -5,8 +5,8 @@
 """The core of checked_sync: atomic, verified copy to the durable tier, with a budget check first.
 
 Standard library only, no Ansible: the module ``remote_gpu.trainer.checked_sync`` is a thin wrapper around
-``sync()``, and launch ships this file (with the files it imports: atomic.py, fsbudget.py and digest.py) to the
-box, where the run wrapper calls it as a command line::
+``sync()``, and launch ships this file (with the files it imports: sync_select.py, sync_state.py, atomic.py,
+fsbudget.py and digest.py) to the box, where the run wrapper calls it as a command line::
 
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.sync SRC DEST [--include GLOB]...
         [--min-free-inodes N] [--reserve-bytes N] [--check]
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import fnmatch
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, replacing, write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, replacing
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import (
     check_budget,
     copy_needs,
@@ -37,161 +36,19 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import
     fs_free,
 )
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.sync_select import (
+    SyncError,
+    _inside,
+    _kind,
+    select_files,
+)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.sync_state import load_state, recorded_same, save_state
 
 CHUNK_SIZE = 1024 * 1024
 
 
-class SyncError(Exception):
-    """A failure that ends the sync; the message says what and what to do."""
-
-
-def _kind(mode):
-    """The name of a non-regular file type, for messages."""
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
-        if test(mode):
-            return name
-    return "special file"
-
-
-def _inside(path, root):
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def resolve_link(full, root, shown):
-    """``(real_path, stat_result)`` of the target of the symbolic link ``full`` when it is a regular file inside
-    ``root`` (the resolved src); SyncError when it leaves ``root``, dangles or loops (its content is never read)."""
-    target = os.readlink(full)
-    real = os.path.realpath(full)
-    try:
-        st = os.stat(full)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SyncError("%s is a symbolic link loop (-> %s); remove the link, or leave it out with include"
-                            % (shown, target)) from exc
-        raise SyncError("%s is a dangling symbolic link (-> %s, which does not exist); remove the link, or leave it "
-                        "out with include" % (shown, target)) from exc
-    if not _inside(real, root):
-        raise SyncError("%s is a symbolic link to %s, outside src: checked_sync never copies what a link outside src "
-                        "points to. Remove the link, leave it out with include, or sync that file as its own src"
-                        % (shown, real))
-    return real, st
-
-
-def select_files(src, include, left_out=None):
-    """``[(rel, path, stat_result)]`` of the regular files to copy, sorted by relative path.
-
-    ``path`` is the file to read: for a symbolic link inside ``src`` to a regular file inside ``src``, its resolved
-    target. A selected link that leaves ``src``, dangles or loops raises SyncError before anything is read.
-    Symbolic links to directories (never followed) and special files (FIFOs, sockets, devices) are not copied;
-    they are appended to ``left_out`` as ``{"path": rel, "reason": ...}``.
-    """
-    left_out = [] if left_out is None else left_out
-    try:
-        src_st = os.stat(src)
-    except OSError as exc:
-        raise SyncError("src %s does not exist or cannot be read (%s); give an existing file or directory"
-                        % (src, exc.strerror)) from exc
-    root = os.path.realpath(src)
-    if stat.S_ISREG(src_st.st_mode):
-        # src itself was named by the user: a link there is resolved once, and its target copied
-        candidates = [(os.path.basename(src.rstrip(os.sep)), root, src_st)]
-    elif stat.S_ISDIR(src_st.st_mode):
-        candidates = []
-
-        def unreadable(exc):
-            raise SyncError("cannot read the directory %s under src (%s); nothing was copied. Fix its permissions "
-                            "or leave it out" % (exc.filename, exc.strerror))
-
-        for current, dirs, names in os.walk(root, onerror=unreadable):
-            dirs.sort()
-            rel_dir = os.path.relpath(current, root)
-            for name in list(dirs):
-                full = os.path.join(current, name)
-                if os.path.islink(full):  # os.walk does not follow it; say so
-                    rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-                    left_out.append({"path": rel.replace(os.sep, "/"),
-                                     "reason": "symbolic link to a directory (%s), not followed" % os.readlink(full)})
-            for name in names:
-                full = os.path.join(current, name)
-                rel = (name if rel_dir == "." else os.path.join(rel_dir, name)).replace(os.sep, "/")
-                candidates.append((rel, full, None))
-    else:
-        raise SyncError("src %s is a %s, not a regular file or directory; give the file or directory to copy"
-                        % (src, _kind(src_st.st_mode)))
-    selected = []
-    for rel, full, st in sorted(candidates, key=lambda candidate: candidate[0]):
-        if include and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in include):
-            continue  # what is not selected is never resolved nor read
-        if st is None:
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                full, st = resolve_link(full, root, os.path.join(src, *rel.split("/")))
-                if not stat.S_ISREG(st.st_mode):
-                    left_out.append({"path": rel, "reason": "symbolic link to a %s, not copied" % _kind(st.st_mode)})
-                    continue
-            elif not stat.S_ISREG(st.st_mode):
-                left_out.append({"path": rel, "reason": "%s, not copied" % _kind(st.st_mode)})
-                continue
-        selected.append((rel, full, st))
-    return selected
-
-
 def dest_path(dest, rel):
     return os.path.join(dest, *rel.split("/"))
-
-
-# Where a sync remembers what it verified, per destination, so that an unchanged re-run need not hash both sides.
-STATE_DIR = "~/.cache/remote_gpu.trainer/checked_sync"
-
-
-def stat_key(st):
-    """What identifies a file's content without reading it: device, inode, size, mtime and ctime (ns).
-
-    ctime cannot be set by users (touch -r, cp -p and rsync -t all leave it at the time of the change), so a file
-    rewritten in place, even to the same size and mtime, no longer matches.
-    """
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def state_path(dest):
-    digest = hashlib.sha256(os.path.realpath(dest).encode("utf-8", "surrogateescape")).hexdigest()[:24]
-    return os.path.join(os.path.expanduser(STATE_DIR), digest + ".json")
-
-
-def load_state(dest):
-    """{rel: {"src": key, "dest": key, "sha256": hex}} recorded by the last verified sync into ``dest``; {} if none."""
-    try:
-        with open(state_path(dest)) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def save_state(dest, items):
-    """Record the verified files (a cache: failing to write it only makes the next run hash again)."""
-    state = {}
-    for item in items:
-        try:
-            state[item["rel"]] = {"src": stat_key(item["stat"]), "dest": stat_key(os.stat(item["dest"])),
-                                  "sha256": item["sha256"]}
-        except OSError:
-            continue
-    try:
-        write_atomic(state_path(dest), json.dumps(state), mode=0o600, make_dirs=True)
-    except OSError:
-        pass
-
-
-def recorded_same(record, st, target):
-    """True when both sides are exactly as they were after the last verified copy."""
-    if not record:
-        return False
-    try:
-        return record["src"] == stat_key(st) and record["dest"] == stat_key(os.stat(target))
-    except (OSError, KeyError, TypeError):
-        return False
 
 
 def plan(selected, dest, state=None):

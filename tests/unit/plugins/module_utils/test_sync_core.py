@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync, sync_select
 
 
 def _cli(*args):
@@ -43,6 +43,19 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert json.loads(bad.stdout)["msg"].startswith("checked_sync failed: no file under")
     check = _cli(str(tmp_path / "src"), str(tmp_path / "dest3"), "--check")
     assert check.returncode == 0 and not (tmp_path / "dest3").exists()
+
+
+def test_cli_reports_a_selection_error_as_json_not_a_traceback(tmp_path):
+    # run as __main__, sync must still catch the SyncError that sync_select raises (one class, one owner)
+    assert sync.SyncError is sync_select.SyncError
+    (tmp_path / "src").mkdir()
+    (tmp_path / "outside.pt").write_bytes(b"O")
+    (tmp_path / "src" / "best.pt").symlink_to(tmp_path / "outside.pt")
+    bad = _cli(str(tmp_path / "src"), str(tmp_path / "dest"))
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    result = json.loads(bad.stdout)
+    assert result["failed"] is True and "outside src" in result["msg"]
+    assert not (tmp_path / "dest").exists()
 
 
 def test_run_sync_raises_only_sync_error_and_an_io_error_says_so(tmp_path, monkeypatch):
