@@ -11,6 +11,7 @@ import zipfile
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import checkpoint as ck
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import checkpoint_pickle as ckp
 
 # fake_torch is a fixture
 from checkpoint_files import (  # noqa: F401 pylint: disable=unused-import
@@ -40,7 +41,7 @@ def test_torch_zip_checkpoint_is_loadable(tmp_path, fake_torch):
 
 def test_torch_zip_persistent_ids_are_recovered_without_executing(fake_torch):
     data = torch_pickle(fake_torch, {"w": FakeTensor(FakeStorage("0", 6), (2, 3))})
-    pids = ck.pickle_persistent_ids(data)
+    pids = ckp.pickle_persistent_ids(data)
     assert len(pids) == 1
     kind, storage_type, key, location, numel = pids[0]
     assert (kind, storage_type.module, storage_type.name, key, location, numel) == (
@@ -95,7 +96,7 @@ def test_truncated_pickle_is_not_loadable(tmp_path, fake_torch):
 
 def test_pickle_without_stop_is_not_loadable():
     with pytest.raises(ValueError):
-        ck.pickle_persistent_ids(pickle.dumps({"a": 1}, protocol=2)[:-1])
+        ckp.pickle_persistent_ids(pickle.dumps({"a": 1}, protocol=2)[:-1])
 
 
 def test_zip_without_data_pkl_is_not_loadable(tmp_path):
@@ -122,7 +123,7 @@ def test_short_storage_member_is_not_loadable(tmp_path, fake_torch):
 def test_ordinary_pickles_walk_cleanly_in_every_protocol(protocol):
     obj = {"a": [1, 2.5, "x", b"y", None, True], "t": (1, (2, 3)), "s": {1, 2}, "f": frozenset([3]),
            "n": collections.OrderedDict(k=1), "big": 2 ** 80, "shared": ["same"] * 3}
-    assert ck.pickle_persistent_ids(pickle.dumps(obj, protocol=protocol)) == []
+    assert ckp.pickle_persistent_ids(pickle.dumps(obj, protocol=protocol)) == []
 
 
 def test_legacy_torch_file_is_loadable(tmp_path, fake_torch):
@@ -249,11 +250,11 @@ def test_inst_and_extension_opcodes_are_refused(tmp_path, fake_torch):
 def test_the_allow_list_keeps_what_torch_save_writes(fake_torch):
     data = torch_pickle(fake_torch, {"w": FakeTensor(FakeStorage("0", 6), (2, 3)), "s": {1}, "b": bytearray(b"x"),
                                      "c": 1 + 2j, "o": collections.OrderedDict(a=1)})
-    _pids, references = ck.walk_pickle(data)
+    _pids, references = ckp.walk_pickle(data)
     assert sorted(set(ref.full_name for ref in references)) == [
         "_codecs.encode", "builtins.bytearray", "builtins.complex", "builtins.set", "collections.OrderedDict",
         "torch.FloatStorage", "torch._utils._rebuild_tensor_v2"]
-    ck.check_globals(references)
+    ckp.check_globals(references)
 
 
 def test_a_legacy_file_with_an_unsafe_object_pickle_is_not_loadable(tmp_path):
