@@ -209,4 +209,3 @@ def _generic(opcode, stack, pos):
     _pop(stack, len(before), pos)
     for _item in opcode.stack_after:
         stack.append(_MARK if _item is pickletools.markobject else _Opaque())
-

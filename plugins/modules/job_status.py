@@ -300,7 +300,6 @@ def validate(params):
     return job_list, regex
 
 
-
 def query_gpus(module, timeout):
     """(gpus or None, findings)."""
     try:

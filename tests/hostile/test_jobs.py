@@ -49,8 +49,6 @@ def kill_started_jobs(tmp_path):
                     pass
 
 
-
-
 def planted_pid(mode_of):
     """A job directory whose PID files name a bystander process (its own group leader), with ``mode_of`` making
     them plantable by others: the arguments stop that job."""

@@ -249,4 +249,3 @@ def test_check_mode_is_supported(tmp_path, capsys):
     smi = fake_smi(tmp_path, *H100_LOAD)
     rc, result = run_module(capsys, nvidia_smi_path=smi, _ansible_check_mode=True)
     assert rc == 0 and result["status"] == "PASS"
-
