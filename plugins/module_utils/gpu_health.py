@@ -15,6 +15,7 @@ import stat
 import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import smi_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     NvidiaSmiParseError, SmiError, parse_rows, query_args, run_smi)
@@ -79,14 +80,6 @@ def take_samples(smi, timeout, seconds, options):
     return samples, count, []
 
 
-def _kind(mode):
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_log_file(path):
     """-> (text of the last MAX_KERNEL_LOG_BYTES of a regular file, None) or (None, why it is unreadable).
 
@@ -101,8 +94,8 @@ def read_log_file(path):
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise GpuHealthError("kernel_log %s is %s, not a regular file: give auto or the path of a kernel log "
-                                 "file" % (path, _kind(info.st_mode)))
+            raise GpuHealthError("kernel_log %s is a %s, not a regular file: give auto or the path of a kernel log "
+                                 "file" % (path, file_kind(info.st_mode)))
         if info.st_size > MAX_KERNEL_LOG_BYTES:
             os.lseek(fd, info.st_size - MAX_KERNEL_LOG_BYTES, os.SEEK_SET)
         chunks, left = [], MAX_KERNEL_LOG_BYTES

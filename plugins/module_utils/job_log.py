@@ -24,6 +24,8 @@ import signal
 import stat
 import time
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
+
 START_MARKER_RE = re.compile(r"^==== trainer: started (?P<time>\S+) pid (?P<pid>\d+) ====[ \t]*$", re.M)
 
 # Crash markers are matched as words or whole lines, never as substrings: a metric called ``val_error`` or
@@ -229,8 +231,8 @@ def open_log(path, inside=None):
     except OSError as exc:
         raise LogRefused("%s cannot be read: %s" % (path, exc.strerror))
     if not stat.S_ISREG(before.st_mode):
-        raise LogRefused("%s is not a regular file (%s): only regular files are read as logs"
-                         % (path, _kind(before.st_mode)))
+        raise LogRefused("%s is not a regular file (a %s): only regular files are read as logs"
+                         % (path, file_kind(before.st_mode)))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -242,14 +244,6 @@ def open_log(path, inside=None):
         os.close(fd)
         raise LogRefused("%s changed while it was opened: not read" % path)
     return fd, after
-
-
-def _kind(mode):
-    for test, word in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return word
-    return "not a regular file"
 
 
 def fd_blocks(fd, size, limit=MAX_SCAN_BYTES, block=1 << 22):

@@ -35,11 +35,10 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import
     free_inodes,
     fs_free,
 )
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind, sha256_file
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.sync_select import (
     SyncError,
     _inside,
-    _kind,
     select_files,
 )
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.sync_state import load_state, recorded_same, save_state
@@ -81,7 +80,7 @@ def plan(selected, dest, state=None):
                 raise SyncError("%s is a directory in dest; cannot copy %s over it" % (target, rel))
             if not stat.S_ISREG(dest_st.st_mode):
                 raise SyncError("%s in dest is a %s, not a regular file; remove it (or choose another dest) and run "
-                                "again" % (target, _kind(dest_st.st_mode)))
+                                "again" % (target, file_kind(dest_st.st_mode)))
             if recorded_same(state.get(rel), st, target):
                 item["sha256"] = state[rel]["sha256"]
                 same.append(item)

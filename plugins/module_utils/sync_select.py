@@ -18,18 +18,11 @@ import fnmatch
 import os
 import stat
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
+
 
 class SyncError(Exception):
     """A failure that ends the sync; the message says what and what to do."""
-
-
-def _kind(mode):
-    """The name of a non-regular file type, for messages."""
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
-        if test(mode):
-            return name
-    return "special file"
 
 
 def _inside(path, root):
@@ -96,7 +89,7 @@ def select_files(src, include, left_out=None):
                 candidates.append((rel, full, None))
     else:
         raise SyncError("src %s is a %s, not a regular file or directory; give the file or directory to copy"
-                        % (src, _kind(src_st.st_mode)))
+                        % (src, file_kind(src_st.st_mode)))
     selected = []
     for rel, full, st in sorted(candidates, key=lambda candidate: candidate[0]):
         if include and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in include):
@@ -106,10 +99,10 @@ def select_files(src, include, left_out=None):
             if stat.S_ISLNK(st.st_mode):
                 full, st = resolve_link(full, root, os.path.join(src, *rel.split("/")))
                 if not stat.S_ISREG(st.st_mode):
-                    left_out.append({"path": rel, "reason": "symbolic link to a %s, not copied" % _kind(st.st_mode)})
+                    left_out.append({"path": rel, "reason": "symbolic link to a %s, not copied" % file_kind(st.st_mode)})
                     continue
             elif not stat.S_ISREG(st.st_mode):
-                left_out.append({"path": rel, "reason": "%s, not copied" % _kind(st.st_mode)})
+                left_out.append({"path": rel, "reason": "%s, not copied" % file_kind(st.st_mode)})
                 continue
         selected.append((rel, full, st))
     return selected
