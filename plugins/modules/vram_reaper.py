@@ -20,12 +20,20 @@ description:
     or C(lsof)), and subtracts the PIDs that C(nvidia-smi --query-compute-apps) lists.
   - A holder is a candidate only when it is not listed, is at least O(min_age) seconds old, and is not PID 1, this
     module or one of its parents, in O(exclude_pids), owned by one of O(exclude_users), one of O(exclude_commands),
-    or inside the process tree of O(protect_pids) or O(protect_pid_files).
+    or inside the process tree of a live job (see the next point) or of O(protect_pids) or O(protect_pid_files).
+  - The process tree of a live job is never a candidate, by default. That is every descendant (and every ancestor)
+    of a process nvidia-smi lists, and every descendant of a job under O(run_dir) (its C(job.pid)). DataLoader,
+    C(torch.multiprocessing) and C(torchrun) workers hold C(/dev/nvidia*) through descriptors inherited at fork and
+    nvidia-smi does not list them; killing one crashes the job.
+  - The classic zombie stays a candidate. When a parent dies its children are re-parented (to PID 1 or a
+    subreaper) and leave the job's tree, so the orphaned workers of a crashed run can be reaped.
+  - Idle gate. Before a kill, the utilisation of the candidate's GPUs is sampled for O(idle_sample) seconds. A
+    candidate whose GPU peaked above O(idle_util_max) percent, or whose GPU gave no value (MIG), is not killed.
   - Inside a container nvidia-smi lists host PIDs, or none, so "not listed" proves nothing there. When a PID it
     lists does not hold a device in this PID namespace, when it lists nothing inside what looks like a container,
     or when it cannot be run, the result is C(unverified=true) and nothing is killed, even with O(force), unless
     O(allow_unverified) is also true.
-  - Dry run unless O(force=true). Check mode never kills.
+  - Dry run unless O(force=true). Check mode never kills; with O(force) it reports C(changed) when it would kill.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
 attributes:
@@ -76,6 +84,26 @@ options:
     type: list
     elements: path
     default: []
+  run_dir:
+    description:
+      - The run directory of M(remote_gpu.trainer.detached_job) (C(launch_run_dir) of launch). Every live job
+        there (C(<run_dir>/<name>/job.pid) whose process is alive with its recorded start time) and its whole
+        process tree are never candidates. A missing directory protects nothing.
+    type: str
+    default: ~/.trainer/jobs
+  idle_util_max:
+    description:
+      - The idle gate. A candidate is killed only when every GPU it may use stayed at or below this utilisation
+        (percent) during the sample. The default is the seed's C(IDLE_UTIL_PCT); a training job pegs it far higher.
+      - A candidate's GPUs are those of its C(/dev/nvidiaN) nodes (matched through
+        C(/proc/driver/nvidia/gpus/*/information)); all GPUs when that cannot be matched.
+      - V(100) turns the gate off (nothing is sampled), for example under MIG, where utilisation has no value.
+    type: int
+    default: 5
+  idle_sample:
+    description: Seconds the idle gate samples utilisation, one reading per second (V(0) takes one reading).
+    type: int
+    default: 2
   signal:
     description: The first signal to send. V(TERM) is followed by C(KILL) after O(kill_grace) seconds.
     type: str
@@ -128,15 +156,30 @@ candidates:
   returned: always
   sample:
     - {pid: 4123, user: root, cmdline: "python -m torch.distributed.run ...", age: 5400, reason: invisible_to_nvidia_smi,
-       devices: [/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm]}
+       devices: [/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm], gpu_peak_pct: 0}
 passed_over:
-  description: The other holders, each with the reason it is not a candidate (C(visible), C(young), C(protected),
-    C(excluded_pid), C(excluded_user), C(excluded_command), C(pid_1), C(self)).
+  description: The other holders, each with the reason it is not a candidate (C(visible), C(visible_tree),
+    C(job_tree), C(young), C(protected), C(excluded_pid), C(excluded_user), C(excluded_command), C(pid_1), C(self),
+    and, from the idle gate, C(gpu_busy) or C(gpu_util_unknown) with C(gpu_peak_pct)).
   type: list
   elements: dict
   returned: always
   sample:
-    - {pid: 3877, user: root, cmdline: "python train.py", age: 7200, reason: protected, devices: [/dev/nvidia0]}
+    - {pid: 3877, user: root, cmdline: "python train.py", age: 7200, reason: job_tree, devices: [/dev/nvidia0],
+       gpu_peak_pct: null}
+gpu_utilization:
+  description: The idle gate's sample, the peak utilisation of each GPU (C(peak_pct) null when it had no value);
+    empty when nothing was sampled (no candidate, or O(idle_util_max=100)).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{index: 0, bus_id: "0000:83:00.0", peak_pct: 0}]
+job_pids:
+  description: The live jobs found under O(run_dir), whose process trees are protected.
+  type: list
+  elements: int
+  returned: always
+  sample: [3870]
 killed:
   description: PIDs that were signalled and are gone.
   type: list
@@ -202,12 +245,14 @@ ARGUMENT_SPEC = dict(
     exclude_commands=dict(type="list", elements="str", default=list(reaper.DEFAULT_EXCLUDE_COMMANDS)),
     protect_pids=dict(type="list", elements="int", default=[]),
     protect_pid_files=dict(type="list", elements="path", default=[]),
+    run_dir=dict(type="str", default="~/.trainer/jobs"),
+    idle_util_max=dict(type="int", default=reaper.DEFAULT_IDLE_UTIL_MAX),
+    idle_sample=dict(type="int", default=2),
     signal=dict(type="str", choices=["TERM", "KILL"], default="TERM"),
     kill_grace=dict(type="int", default=10),
     device_glob=dict(type="str", default="/dev/nvidia*"),
     timeout=dict(type="int", default=15),
 )
-POLL_SECONDS = 0.1
 
 
 class ReaperError(Exception):
@@ -228,12 +273,9 @@ def protected_roots(params):
     return roots
 
 
-def guarded_pids(stats, roots):
-    """{pid: reason} of processes that are never candidates."""
-    guarded = {}
-    for root in roots:
-        for pid in procfs.descendants(root, stats):
-            guarded[pid] = "protected"
+def guarded_pids(stats, roots, jobs, visible):
+    """{pid: reason} of processes that are never candidates: live jobs' trees, this module and PID 1."""
+    guarded = reaper.tree_guard(stats, visible, jobs, roots)
     me = os.getpid()
     for pid in [me] + procfs.ancestors(me, stats):
         guarded[pid] = "self"
@@ -247,6 +289,20 @@ def ask_nvidia_smi(module, timeout):
         return gpu_query.compute_apps(module.get_bin_path("nvidia-smi"), timeout), None
     except gpu_query.SmiError as exc:
         return [], str(exc)
+
+
+def sample_utilization(module, seconds, timeout):
+    """The idle gate's readings, one per second over ``seconds`` -> (peaks, error text or None)."""
+    readings = []
+    try:
+        for second in range(seconds + 1):
+            if second:
+                time.sleep(1)
+            readings.append(gpu_query.query_gpus(module.get_bin_path("nvidia-smi"), reaper.UTILIZATION_FIELDS,
+                                                 timeout))
+    except gpu_query.SmiError as exc:
+        return [], "GPU utilisation could not be sampled (%s)" % exc
+    return reaper.peak_utilization(readings), None
 
 
 def describe(holders, stats):
@@ -268,49 +324,43 @@ def describe(holders, stats):
     return info
 
 
-def kill_candidates(candidates, info, first_signal, grace):
-    """Signal each candidate (re-checking its start time against PID reuse) -> (killed, errors)."""
-    sent, errors = [], []
-    for row in candidates:
-        pid = row["pid"]
-        if not procfs.is_same_process(pid, info[pid]["starttime"]):
-            continue  # already gone
-        try:
-            os.kill(pid, first_signal)
-            sent.append(pid)
-        except ProcessLookupError:
-            continue
-        except PermissionError as exc:
-            errors.append({"pid": pid, "error": exc.strerror})
-    deadline = time.time() + (grace if first_signal == signals.SIGTERM else 2)
-    while time.time() < deadline and any(procfs.is_same_process(pid, info[pid]["starttime"]) for pid in sent):
-        time.sleep(POLL_SECONDS)
-    for pid in sent:
-        if procfs.is_same_process(pid, info[pid]["starttime"]):
-            try:
-                os.kill(pid, signals.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    deadline = time.time() + 5
-    while time.time() < deadline and any(procfs.is_same_process(pid, info[pid]["starttime"]) for pid in sent):
-        time.sleep(POLL_SECONDS)
-    killed = [pid for pid in sent if not procfs.is_same_process(pid, info[pid]["starttime"])]
-    errors.extend({"pid": pid, "error": "still alive after SIGKILL (uninterruptible sleep in the driver?)"}
-                  for pid in sent if pid not in killed)
-    return killed, errors
-
-
-def run(module, result):
-    params = module.params
-    for key in ("min_age", "kill_grace", "timeout"):
+def check_params(params):
+    for key in ("min_age", "kill_grace", "timeout", "idle_sample"):
         if params[key] < 0:
             raise ReaperError("%s must be 0 or more, got %d" % (key, params[key]))
+    if not 0 <= params["idle_util_max"] <= 100:
+        raise ReaperError("idle_util_max must be a percentage from 0 to 100 (100 turns the idle gate off), got %d"
+                          % params["idle_util_max"])
     pattern = params["device_glob"]
     if not pattern or not pattern.strip():
         raise ReaperError("device_glob is empty: give the glob of NVIDIA device nodes, for example /dev/nvidia*")
     if not pattern.startswith("/"):
         raise ReaperError("device_glob %r is not absolute: the open files in /proc/*/fd are absolute paths; give "
                           "a glob such as /dev/nvidia*" % pattern)
+    return job_layout.resolve_run_dir(params["run_dir"], error=ReaperError)
+
+
+def idle_gate(module, result, candidates):
+    """The candidates that pass the idle gate; the others join passed_over -> (to kill, note for the message)."""
+    params = module.params
+    if not candidates or params["idle_util_max"] >= 100:
+        return candidates, ""
+    gpus, error = sample_utilization(module, params["idle_sample"], params["timeout"])
+    result["gpu_utilization"] = gpus
+    kill, held = reaper.idle_gate(candidates, gpus, reaper.driver_minors(), params["idle_util_max"])
+    result["passed_over"] = sorted(result["passed_over"] + held, key=lambda row: row["pid"])
+    busy = sum(1 for row in held if row["reason"] == "gpu_busy")
+    notes = ["%d on a GPU above %d%% utilisation" % (busy, params["idle_util_max"])] if busy else []
+    if len(held) > busy:
+        notes.append("%d on a GPU with no utilisation value (%s; idle_util_max=100 turns the gate off)"
+                     % (len(held) - busy, error or "nvidia-smi printed none"))
+    return kill, "".join("; held back by the idle gate: " + note for note in notes)
+
+
+def run(module, result):
+    params = module.params
+    run_dir = check_params(params)
+    pattern = params["device_glob"]
     roots = protected_roots(params)
     majors = reaper.nvidia_majors()
     if majors:
@@ -327,12 +377,17 @@ def run(module, result):
     unverified, reason = reaper.visibility(set(visible), set(holders), smi_error, reaper.container_hints())
     result.update(unverified=unverified, unverified_reason=reason)
     stats = procfs.all_stats()
+    result["job_pids"] = reaper.job_roots(run_dir)
     info = describe(holders, stats)
     candidates, passed_over = reaper.classify_holders(
-        info, set(visible), guarded_pids(stats, roots), set(params["exclude_pids"]), set(params["exclude_users"]),
-        set(params["exclude_commands"]), params["min_age"])
-    result.update(candidates=candidates, passed_over=passed_over)
-    summary = "%d device holder(s), %d candidate(s)" % (len(info), len(candidates))
+        info, set(visible), guarded_pids(stats, roots, result["job_pids"], visible), set(params["exclude_pids"]),
+        set(params["exclude_users"]), set(params["exclude_commands"]), params["min_age"])
+    for row in candidates + passed_over:
+        row.setdefault("gpu_peak_pct", None)
+    result["passed_over"] = passed_over
+    candidates, gate_note = idle_gate(module, result, candidates)
+    result["candidates"] = candidates
+    summary = "%d device holder(s), %d candidate(s)%s" % (len(info), len(candidates), gate_note)
     if unverified:
         summary += "; visibility unverified: %s" % reason
     if not candidates:
@@ -345,10 +400,11 @@ def run(module, result):
         result["msg"] = summary + "; nothing killed (set allow_unverified only if no live job can be among them)"
         return
     if module.check_mode:
-        result["msg"] = summary + "; check mode, nothing killed"
+        result["changed"] = True
+        result["msg"] = summary + "; check mode, would kill %s" % ", ".join(str(row["pid"]) for row in candidates)
         return
     first = signals.SIGKILL if params["signal"] == "KILL" else signals.SIGTERM
-    result["killed"], result["kill_errors"] = kill_candidates(candidates, info, first, params["kill_grace"])
+    result["killed"], result["kill_errors"] = reaper.kill_candidates(candidates, info, first, params["kill_grace"])
     result["changed"] = bool(result["killed"])
     result["msg"] = summary + "; killed %s" % (", ".join(str(pid) for pid in result["killed"]) or "none")
 
@@ -357,7 +413,8 @@ def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
     result = dict(changed=False, candidates=[], passed_over=[], killed=[], kill_errors=[], unverified=False,
-                  unverified_reason=None, visible_pids=[], unreadable_pids=[], device_rule=None, msg="")
+                  unverified_reason=None, visible_pids=[], unreadable_pids=[], device_rule=None, gpu_utilization=[],
+                  job_pids=[], msg="")
     try:
         run(module, result)
     except ReaperError as exc:

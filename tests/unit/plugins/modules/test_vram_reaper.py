@@ -15,6 +15,8 @@ from ansible_collections.remote_gpu.trainer.plugins.modules import vram_reaper
 
 COMPUTE_APPS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "compute-apps")
 H200_LOAD = "query-compute-apps__nvidia-h200__590.48.01__linux-x86_64.load.csv"
+QUERY_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "query-gpu")
+H200_ALL_FIELDS = "query-gpu-all-fields__nvidia-h200__590.48.01__linux-x86_64.%s.csv"
 
 
 def real_rows():
@@ -30,6 +32,16 @@ def smi_lines(pids):
     for pid, (real_pid, memory, name) in zip(pids, real_rows()):
         lines.append("%d, %d, %s" % (real_pid if pid is None else pid, memory, name))
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def utilization_lines(state):
+    """The idle gate's query (``index,pci.bus_id,utilization.gpu``, noheader, nounits), DERIVED from the real H200
+    all-fields capture ``state`` (``idle``: 0 %, ``load``: 100 %): its values, in the order asked, units dropped."""
+    with open(os.path.join(QUERY_GPU, H200_ALL_FIELDS % state)) as handle:
+        header, *rows = [[cell.strip() for cell in line.split(", ")] for line in handle if line.strip()]
+    names = [cell.split(" [")[0] for cell in header]
+    wanted = [names.index(field) for field in ("index", "pci.bus_id", "utilization.gpu")]
+    return "".join(", ".join(row[i].split(" ")[0] for i in wanted) + "\n" for row in rows)
 
 
 def make_char_device(path, major=1, minor=3):
@@ -60,14 +72,21 @@ class Box:
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
         self.procs = []
+        self.strays = []  # (pid, starttime) of orphans, no longer below a started process
         monkeypatch.setenv("PATH", "%s:%s" % (self.bin, os.environ["PATH"]))
         self.smi("")
+        self.gpu("idle")
 
     def smi(self, output):
+        """What --query-compute-apps prints; --query-gpu (the idle gate's) prints gpu.csv."""
         (self.bin / "out.csv").write_text(output)
         script = self.bin / "nvidia-smi"
-        script.write_text("#!/bin/bash\ncat %s\n" % (self.bin / "out.csv"))
+        script.write_text('#!/bin/bash\ncase "$1" in --query-gpu=*) cat %s ;; *) cat %s ;; esac\n'
+                          % (self.bin / "gpu.csv", self.bin / "out.csv"))
         script.chmod(0o755)
+
+    def gpu(self, state):
+        (self.bin / "gpu.csv").write_text(utilization_lines(state) if state else "")
 
     def holder(self, parent=False):
         """A real process holding the fake devices open (under a bash parent with ``parent``)."""
@@ -88,8 +107,34 @@ class Box:
             time.sleep(0.05)
         raise AssertionError("holder did not open the device")
 
+    def family(self, workers=2):
+        """A main process holding the fake devices whose forked ``workers`` inherit its descriptors, as DataLoader
+        workers do -> (main Popen, worker PIDs)."""
+        argv = ["bash", "-c", 'exec 3<"$0" 4<"$1"; %s wait' % ("sleep 600 & " * workers), str(self.dev / "nvidia0"),
+                str(self.dev / "nvidiactl")]
+        proc = subprocess.Popen(argv)
+        self.procs.append(proc)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            found, _unreadable = procfs.holders(str(self.dev / "nvidia*"))
+            below = [pid for pid in found if procfs.read_stat(pid) and procfs.read_stat(pid)["ppid"] == proc.pid]
+            if len(below) == workers and proc.pid in found:
+                return proc, sorted(below)
+            time.sleep(0.05)
+        raise AssertionError("the workers did not start")
+
+    def orphans(self, workers=2):
+        """The workers of a parent that held the devices and died: re-parented, they still hold them -> PIDs."""
+        script = 'exec 3<"$0" 4<"$1"; %s' % ("sleep 600 >/dev/null & echo $!; " * workers)
+        out = subprocess.run(["bash", "-c", script, str(self.dev / "nvidia0"), str(self.dev / "nvidiactl")],
+                             stdout=subprocess.PIPE, check=True, text=True, timeout=10).stdout
+        pids = sorted(int(word) for word in out.split())
+        self.strays.extend((pid, procfs.read_stat(pid)["starttime"]) for pid in pids)
+        return pids
+
     def args(self, **extra):
-        args = {"device_glob": str(self.dev / "nvidia*"), "min_age": 0, "kill_grace": 2}
+        args = {"device_glob": str(self.dev / "nvidia*"), "min_age": 0, "kill_grace": 2, "idle_sample": 0,
+                "run_dir": str(self.dev / "no-run-dir")}
         args.update(extra)
         return args
 
@@ -104,6 +149,9 @@ class Box:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        for pid, starttime in self.strays:
+            if procfs.is_same_process(pid, starttime):
+                os.kill(pid, 9)
 
 
 @pytest.fixture
@@ -136,7 +184,9 @@ def test_orphan_is_killed_only_with_force(module_runner, box):
     assert orphan.poll() is None
 
     failed, result = module_runner(vram_reaper, box.args(force=True, _ansible_check_mode=True))
-    assert not failed and result["killed"] == [] and result["changed"] is False and orphan.poll() is None
+    # check mode kills nothing, and says it would (issue 16: changed is true when force would kill)
+    assert not failed and result["killed"] == [] and result["changed"] is True and orphan.poll() is None
+    assert "would kill %d" % orphan_pid in result["msg"]
 
     failed, result = module_runner(vram_reaper, box.args(force=True))
     assert not failed and result["killed"] == [orphan_pid] and result["changed"] is True
@@ -229,6 +279,97 @@ def test_self_and_parents_are_guarded(module_runner, box):
 def test_bad_numbers_fail_cleanly(module_runner, box):
     failed, result = module_runner(vram_reaper, box.args(min_age=-1))
     assert failed and "min_age" in result["msg"] and result["killed"] == []
+
+
+def write_job(run_dir, name, pid, starttime):
+    """A job directory as detached_job leaves it (job_layout's layout): job.pid and job.starttime."""
+    job_dir = run_dir / name
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.pid").write_text("%d\n" % pid)
+    (job_dir / "job.starttime").write_text("%d\n" % starttime)
+
+
+def test_workers_of_a_listed_process_are_never_killed_but_orphans_of_a_dead_parent_are(module_runner, box):
+    """Issue 16: nvidia-smi lists the main process only; its forked workers hold the devices through inherited
+    descriptors. No protect_pids, no protect_pid_files, no run directory: the listed process's tree is enough."""
+    main, workers = box.family(2)
+    orphans = box.orphans(2)
+    assert not set(orphans) & procfs.descendants(main.pid, procfs.all_stats())
+    box.smi(smi_lines([main.pid]))
+    failed, result = module_runner(vram_reaper, box.args(force=True, kill_grace=1))
+    assert not failed and result["unverified"] is False, result
+    assert sorted(result["killed"]) == orphans and result["changed"] is True
+    passed = by_pid(result["passed_over"])
+    assert passed[main.pid]["reason"] == "visible"
+    assert [passed[pid]["reason"] for pid in workers] == ["visible_tree", "visible_tree"]
+    assert main.poll() is None and all(procfs.pid_exists(pid) for pid in workers)
+    assert not any(procfs.pid_exists(pid) for pid in orphans)
+
+
+def test_a_job_of_the_run_directory_is_protected_without_protect_pid_files(module_runner, box, tmp_path, monkeypatch):
+    job, workers = box.family(2)  # the job's wrapper holds the devices, nvidia-smi lists nobody (the U11 case)
+    run_dir = tmp_path / "jobs"
+    write_job(run_dir, "train", job.pid, procfs.read_stat(job.pid)["starttime"])
+    monkeypatch.setattr(reaper, "container_hints", lambda: [])
+    failed, result = module_runner(vram_reaper, box.args(force=True, run_dir=str(run_dir)))
+    assert not failed and result["killed"] == [] and result["changed"] is False, result
+    assert result["job_pids"] == [job.pid] and result["candidates"] == []
+    assert {row["pid"]: row["reason"] for row in result["passed_over"]} == dict.fromkeys([job.pid] + workers,
+                                                                                         "job_tree")
+    # a container's view (host PIDs) with allow_unverified: the job is still safe, the orphans are reaped
+    orphans = box.orphans(1)
+    box.smi(smi_lines([None]))
+    failed, result = module_runner(vram_reaper, box.args(force=True, allow_unverified=True, run_dir=str(run_dir),
+                                                         signal="KILL"))
+    assert not failed and result["unverified"] is True and result["killed"] == orphans, result
+    assert job.poll() is None and all(procfs.pid_exists(pid) for pid in workers)
+    # the protection comes from the job's files: a stale job.pid (another start time) protects nothing
+    (run_dir / "train" / "job.starttime").write_text("1\n")
+    failed, result = module_runner(vram_reaper, box.args(run_dir=str(run_dir)))
+    assert not failed and result["job_pids"] == [] and sorted(by_pid(result["candidates"])) == sorted(
+        [job.pid] + workers)
+
+
+def test_the_idle_gate_holds_back_a_candidate_on_a_busy_gpu(module_runner, box):
+    _live, live_pid = box.holder()
+    orphan, orphan_pid = box.holder()
+    box.smi(smi_lines([live_pid]))
+    box.gpu("load")  # the real H200 capture under gpu-burn: 100 %
+    failed, result = module_runner(vram_reaper, box.args(force=True, idle_sample=1))
+    assert not failed and result["killed"] == [] and result["candidates"] == [] and result["changed"] is False
+    row = by_pid(result["passed_over"])[orphan_pid]
+    assert row["reason"] == "gpu_busy" and row["gpu_peak_pct"] == 100
+    assert result["gpu_utilization"] == [{"index": 0, "bus_id": "0000:83:00.0", "peak_pct": 100}]
+    assert "idle gate" in result["msg"] and "above 5%" in result["msg"]
+    failed, result = module_runner(vram_reaper, box.args(force=True, _ansible_check_mode=True))
+    assert not failed and result["changed"] is False  # check mode: nothing would be killed
+    failed, result = module_runner(vram_reaper, box.args(force=True, idle_util_max=99))
+    assert not failed and result["killed"] == [] and orphan.poll() is None
+    box.gpu("")  # nvidia-smi gives no utilisation: not provably idle
+    failed, result = module_runner(vram_reaper, box.args(force=True))
+    assert not failed and result["killed"] == [] and by_pid(result["passed_over"])[orphan_pid]["reason"] == \
+        "gpu_util_unknown" and "idle_util_max=100" in result["msg"]
+    failed, result = module_runner(vram_reaper, box.args(force=True, idle_util_max=100))  # the gate off
+    assert not failed and result["killed"] == [orphan_pid] and result["gpu_utilization"] == []
+    assert orphan.wait(timeout=10) is not None
+
+
+def test_an_idle_gpu_lets_the_candidate_through(module_runner, box):
+    _live, live_pid = box.holder()
+    orphan, orphan_pid = box.holder()
+    box.smi(smi_lines([live_pid]))
+    failed, result = module_runner(vram_reaper, box.args(force=True, signal="KILL"))  # the idle capture: 0 %
+    assert not failed and result["killed"] == [orphan_pid] and result["candidates"][0]["gpu_peak_pct"] == 0
+    assert orphan.wait(timeout=10) is not None
+
+
+@pytest.mark.parametrize("extra,fragment", [({"idle_util_max": 101}, "idle_util_max must be a percentage"),
+                                            ({"idle_util_max": -1}, "idle_util_max must be a percentage"),
+                                            ({"idle_sample": -1}, "idle_sample must be 0 or more"),
+                                            ({"run_dir": "jobs"}, "run_dir 'jobs' is relative")])
+def test_bad_gate_and_run_dir_values_fail_cleanly(module_runner, box, extra, fragment):
+    failed, result = module_runner(vram_reaper, box.args(force=True, **extra))
+    assert failed and fragment in result["msg"] and result["killed"] == []
 
 
 def hold(box, *paths):
