@@ -152,7 +152,10 @@ def start_tree_job(fleet, host):
     while fleet.ssh(host, "cat /tmp/tree/main.workers /tmp/tree/crash.workers", check=False).returncode != 0:
         assert time.monotonic() < deadline, "the job did not start its workers"
         time.sleep(0.2)
-    read = lambda name: [int(word) for word in fleet.ssh(host, "cat /tmp/tree/" + name).stdout.split()]
+
+    def read(name):
+        return [int(word) for word in fleet.ssh(host, "cat /tmp/tree/" + name).stdout.split()]
+
     main, workers, orphans = read("main.pid")[0], read("main.workers"), read("crash.workers")
     for pid in [main] + workers + orphans:
         assert "/dev/nvidia0" in fleet.ssh(host, "ls -l /proc/%d/fd" % pid).stdout
