@@ -155,6 +155,11 @@ def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):
     flag = "/root/go-on"
     extra = {"launch_name": "resume", "launch_command": "bash train.sh",
              "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
+    # Check mode says what it would do and writes nothing, the hook included.
+    proc = launch(fleet, src, "-l", "lab-02", "--check", extra=extra)
+    assert changed(proc, "lab-02") > 0
+    assert fleet.ssh("lab-02", "cat /root/onstart.sh").stdout == USER_ONSTART
+    assert fleet.ssh("lab-02", "test -e ~/.trainer/jobs/resume/job.pid", check=False).returncode != 0
     launch(fleet, src, "-l", "lab-02", extra=extra)
     deadline = time.monotonic() + 60
     while "001 r1" not in fleet.ssh("lab-02", "cat ~/env-runs.log 2>/dev/null || true").stdout:
