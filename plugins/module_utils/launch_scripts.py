@@ -2,12 +2,14 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The bash scripts of a launch, generated in Python (no Jinja on the box): the run wrapper and the queue runner.
+"""The bash scripts of a launch, generated in Python (no Jinja on the box): the run wrapper (with the environment
+its command runs in) and the queue runner, and the block that resumes the job from a platform's onstart hook.
 
-Both are written to the job directory as new versioned files, ``run-item-<sha12>.sh`` and ``queue-<sha12>.sh``,
-never over one that may be running (bash reads a running script by byte offset). Pure: the same inputs give the
-same bytes, so an unchanged launch writes nothing. The filter ``remote_gpu.trainer.launch_scripts`` calls
-:func:`scripts`.
+The two scripts are written to the job directory as new versioned files, ``run-item-<sha12>.sh`` and
+``queue-<sha12>.sh``, never over one that may be running (bash reads a running script by byte offset). Pure: the
+same inputs give the same bytes, so an unchanged launch writes nothing. The filter
+``remote_gpu.trainer.launch_scripts`` calls :func:`scripts`, ``remote_gpu.trainer.launch_onstart``
+:func:`onstart_block`.
 """
 
 from __future__ import annotations
