@@ -167,10 +167,11 @@ def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):
         time.sleep(0.3)
 
     hook = fleet.ssh("lab-02", "cat /root/onstart.sh").stdout
-    assert hook.startswith(USER_ONSTART.split("\n")[0] + "\n# BEGIN remote_gpu.trainer launch job resume\n"), hook
+    user_lines = USER_ONSTART.splitlines()
+    assert hook.startswith(user_lines[0] + "\n# BEGIN remote_gpu.trainer launch job resume\n"), hook
     assert hook.count("# BEGIN remote_gpu.trainer launch job resume") == 1
     assert hook.count("# END remote_gpu.trainer launch job resume") == 1
-    assert hook.rstrip("\n").endswith(USER_ONSTART.rstrip("\n").split("\n")[-1]), hook  # the user's lines are kept
+    assert hook.rstrip("\n").endswith(user_lines[-1]), hook  # the user's lines are kept
     meta = read_json(fleet, "lab-02", "~/.trainer/jobs/resume/job.meta.json")
     assert meta["detach"] == "tmux" and meta["wrapper"] in hook
 
