@@ -59,7 +59,8 @@ def test_launch_scripts_filter_takes_the_threads_from_env_audits_cgroup_result()
     assert '. "$prefix/etc/profile.d/conda.sh" && conda activate base' in limited["text"]
     with pytest.raises(AnsibleFilterError, match="cpu must be the cgroup dict"):
         FILTERS["launch_scripts"](ITEMS, cpu="12", **settings)
-    without_prefix = dict(settings, env_prefix="")
+    without_prefix = dict(settings)
+    without_prefix["env_prefix"] = ""
     with pytest.raises(AnsibleFilterError, match="conda_activate needs env_prefix"):
         FILTERS["launch_scripts"](ITEMS, **without_prefix)
 
