@@ -2,10 +2,11 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The launch role's filters: the assignment table, the generated scripts, and the per-host report line.
+"""The launch role's filters: the assignment table, the generated scripts, the onstart hook's block, and the
+per-host report line.
 
-Documented in queue_table.yml, launch_scripts.yml and launch_report.yml; the work is done by module_utils/launch.py
-and module_utils/launch_scripts.py, which are unit-tested.
+Documented in queue_table.yml, launch_scripts.yml, launch_onstart.yml and launch_report.yml; the work is done by
+module_utils/launch.py and module_utils/launch_scripts.py, which are unit-tested.
 """
 
 from __future__ import annotations
@@ -26,12 +27,27 @@ def queue_table(plan):
         raise AnsibleFilterError("queue_table: the input must be the output of queue_assign (%s)" % exc)
 
 
-def launch_scripts(items, **settings):
-    """The run wrapper and queue runner of one host -> [{kind, path, text}]."""
+def launch_scripts(items, cpu=None, **settings):
+    """The run wrapper and queue runner of one host -> [{kind, path, text}]. ``cpu`` is env_audit's ``cgroup``
+    result, from which the thread count for OMP_NUM_THREADS and MKL_NUM_THREADS is taken."""
     try:
-        return scripts_core.scripts(list(items), **settings)
+        if cpu is not None and not isinstance(cpu, dict):
+            raise TypeError("cpu must be the cgroup dict that env_audit returns, got %s" % type(cpu).__name__)
+        return scripts_core.scripts(list(items), threads=scripts_core.thread_count(cpu), **settings)
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("launch_scripts: %s" % exc)
+
+
+def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_dir=None):
+    """The block launch writes into the onstart hook: resume the job that ``job`` (detached_job's result) started."""
+    job = job or {}
+    try:
+        if not job.get("wrapper"):
+            raise ValueError("the detached_job result names no wrapper (was the job started?)")
+        return scripts_core.onstart_block(name, job_dir, job["wrapper"], job.get("detach"), python, lib_dir,
+                                          [row["item"] for row in items])
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("launch_onstart: %s" % exc)
 
 
 def launch_report(items, host, probe=None, pending=(), job=None, code=None):
@@ -57,4 +73,5 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None):
 
 class FilterModule(object):
     def filters(self):
-        return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_report": launch_report}
+        return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_onstart": launch_onstart,
+                "launch_report": launch_report}

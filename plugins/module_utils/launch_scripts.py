@@ -2,18 +2,22 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The bash scripts of a launch, generated in Python (no Jinja on the box): the run wrapper and the queue runner.
+"""The bash scripts of a launch, generated in Python (no Jinja on the box): the run wrapper (with the environment
+its command runs in) and the queue runner, and the block that resumes the job from a platform's onstart hook.
 
-Both are written to the job directory as new versioned files, ``run-item-<sha12>.sh`` and ``queue-<sha12>.sh``,
-never over one that may be running (bash reads a running script by byte offset). Pure: the same inputs give the
-same bytes, so an unchanged launch writes nothing. The filter ``remote_gpu.trainer.launch_scripts`` calls
-:func:`scripts`.
+The two scripts are written to the job directory as new versioned files, ``run-item-<sha12>.sh`` and
+``queue-<sha12>.sh``, never over one that may be running (bash reads a running script by byte offset). Pure: the
+same inputs give the same bytes, so an unchanged launch writes nothing. The filter
+``remote_gpu.trainer.launch_scripts`` calls :func:`scripts`, ``remote_gpu.trainer.launch_onstart``
+:func:`onstart_block`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shlex
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import tmux_session
 
 LAUNCH_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"
 SAMPLER_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler"
@@ -32,8 +36,65 @@ def _as_list(value):
     return [value] if isinstance(value, str) else list(value)
 
 
+def thread_count(cpu):
+    """The thread count for OMP_NUM_THREADS and MKL_NUM_THREADS from env_audit's ``cgroup`` result (cpu_quota,
+    affinity_cpus, host_cpus, recommended_threads) -> an int, or None when the container may use every core of
+    the host (then torch and OpenMP already size their pools right, and nothing is exported)."""
+    cpu = cpu or {}
+    threads, host = cpu.get("recommended_threads"), cpu.get("host_cpus")
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        return None
+    if isinstance(host, int) and threads >= host:
+        return None
+    return threads
+
+
+def job_env_lines(env_prefix="", conda_activate=False, threads=None):
+    """Bash lines that define ``job_env``, the environment the item's command runs in (called in its subshell):
+    conda's base environment of ``env_prefix`` activated (``conda_activate``), ``<env_prefix>/bin`` first on PATH
+    (a non-login SSH shell has no conda on its PATH, so a bare ``python`` would not be the image's), and
+    OMP_NUM_THREADS / MKL_NUM_THREADS = ``threads`` unless the job's environment already sets them."""
+    lines = ["# The command's environment: the image's interpreter environment first on PATH, CPU threads from the",
+             "# cgroup quota. Prints nothing unless something is missing.",
+             "job_env() {"]
+    if env_prefix:
+        lines += [
+            "    local prefix=%s" % q(env_prefix.rstrip("/") or "/"),
+            '    if [ ! -d "$prefix/bin" ]; then',
+            '        echo "trainer: the interpreter environment $prefix/bin does not exist, so the command runs with'
+            ' PATH=$PATH: set trainer_env_prefix (or launch_env_prefix) to the image\'s environment"',
+            "    else",
+        ]
+        if conda_activate:
+            lines += [
+                '        if [ ! -r "$prefix/etc/profile.d/conda.sh" ]; then',
+                '            echo "trainer: no conda in $prefix ($prefix/etc/profile.d/conda.sh is missing), so conda'
+                ' base is not activated; $prefix/bin is first on PATH"',
+                "        else",
+                "            set +u  # conda's shell functions read unset variables",
+                '            . "$prefix/etc/profile.d/conda.sh" && conda activate base ||',
+                '                echo "trainer: conda activate base failed in $prefix; $prefix/bin is first on PATH"',
+                "        fi",
+            ]
+        lines += [
+            '        case "$PATH" in',
+            '            "$prefix/bin:"*) ;;',
+            '            *) PATH="$prefix/bin:$PATH" ;;',
+            "        esac",
+            "        export PATH",
+            "    fi",
+        ]
+    if threads:
+        lines += [
+            '    [ -n "${OMP_NUM_THREADS+set}" ] || export OMP_NUM_THREADS=%d' % int(threads),
+            '    [ -n "${MKL_NUM_THREADS+set}" ] || export MKL_NUM_THREADS=%d' % int(threads),
+        ]
+    lines += ["    return 0", "}"]
+    return lines
+
+
 def run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
-                  lib_dir):
+                  lib_dir, env_prefix="", conda_activate=False, threads=None):
     """The run wrapper: ``run-item-<sha>.sh ITEM_ID ARGUMENT`` runs one queue item, then the finish step."""
     lines = [
         "#!/usr/bin/env bash",
@@ -62,6 +123,7 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
         'ITEM_DIR="$JOB_DIR/items/$ID"',
         'STATUS="$ITEM_DIR/status.json"',
         "now() { date -u +%Y-%m-%dT%H:%M:%SZ; }",
+    ] + job_env_lines(env_prefix, conda_activate, threads) + [
         "",
         'mkdir -p "$ITEM_DIR" "$OUT" || { echo "==== trainer: item $ID cannot create $ITEM_DIR or $OUT ===="; '
         'exit 1; }',
@@ -75,7 +137,7 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
         "trap 'SIG=143' TERM",
         "trap 'SIG=130' INT",
         "trap 'SIG=129' HUP",
-        '( cd "$CODE_DIR" && exec bash -c "$COMMAND $ARG" ) < /dev/null &',
+        '( cd "$CODE_DIR" && job_env && exec bash -c "$COMMAND $ARG" ) < /dev/null &',
         "CHILD=$!",
         "printf '%s\\n' \"$CHILD\" > \"$JOB_DIR/main.pid\"",
         'wait "$CHILD"',
@@ -186,13 +248,53 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
 
 
 def scripts(items, name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
-            lib_dir, sampler=False, sampler_interval=5):
+            lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None):
     """Both scripts of one host -> [{kind, path, text}] (run-item first); the queue names the run wrapper
     by its versioned path."""
+    if conda_activate and not env_prefix:
+        raise ValueError("conda_activate needs env_prefix, the conda installation whose base environment to activate")
+    if env_prefix and not env_prefix.startswith("/"):
+        raise ValueError("env_prefix %r must be an absolute path" % env_prefix)
     run_item = run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir,
-                             python, lib_dir)
+                             python, lib_dir, env_prefix, conda_activate, threads)
     run_item_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("run-item", run_item))
     queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval)
     queue_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("queue", queue))
     return [{"kind": "run-item", "path": run_item_path, "text": run_item},
             {"kind": "queue", "path": queue_path, "text": queue}]
+
+
+def onstart_block(name, job_dir, wrapper, detach, python, lib_dir, ids):
+    """The lines launch writes between its markers into the platform's onstart hook (vast.ai reruns /root/onstart.sh
+    on every container start, and tmux dies with the old container): start the job's ``wrapper`` again, detached
+    as launch started it (``detach``: tmux or nohup), unless the job still runs or every item in ``ids`` is done.
+    The wrapper runs the queue runner, which skips the done items, so the queue resumes at its first unfinished
+    item. It returns at once (the job is detached), and a failure never stops the rest of the hook."""
+    session = tmux_session(name)
+    func = "".join(ch if ch.isalnum() else "_" for ch in name)
+    nohup = "setsid -f nohup bash %s > /dev/null 2>&1 < /dev/null" % q(wrapper)
+    if detach == "tmux":
+        start = ["    if command -v tmux > /dev/null && tmux new-session -d -s %s -c %s %s; then :"
+                 % (q(session), q(job_dir), q("exec bash %s" % q(wrapper))),
+                 "    else %s; fi" % nohup]
+    elif detach == "nohup":
+        start = ["    %s" % nohup]
+    else:
+        raise ValueError("detach must be tmux or nohup (what detached_job used), got %r" % (detach,))
+    return "\n".join([
+        "# Resumes the queue of job %s after a container restart; rewritten by each launch that starts the job." % name,
+        "trainer_resume_%s() {" % func,
+        "    local dir=%s pid start stat" % q(job_dir),
+        '    if read -r pid < "$dir/job.pid" && read -r start < "$dir/job.starttime" &&',
+        '            read -r stat < "/proc/$pid/stat" && set -- ${stat##*) } && [ "${20}" = "$start" ]; then',
+        "        return 0  # the job runs",
+        "    fi",
+        "    tmux has-session -t %s 2> /dev/null && return 0" % q("=" + session),
+        '    [ "$(cd "$dir" && PYTHONPATH=%s %s -m %s pending "$dir/items"%s 2> /dev/null)" = "[]" ] && return 0'
+        % (q(lib_dir), q(python), LAUNCH_CLI, "".join(" " + q(str(i)) for i in ids)),
+        '    cd "$dir" || return 0',
+    ] + start + [
+        "}",
+        "(trainer_resume_%s) || echo %s >&2" % (
+            func, q("trainer: job %s was not resumed: run launch.yml again" % name)),
+    ])

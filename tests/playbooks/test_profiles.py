@@ -92,8 +92,13 @@ def break_profile(root, edit):
     (lambda t: t.replace('verified: "2026-06"', "verified: recently"), "verified"),
     # a pinned TensorBoard port without its log directory
     (lambda t: t.replace("trainer_tensorboard_port: 0", "trainer_tensorboard_port: 6006"), "trainer_tensorboard_port"),
+    # conda activation without the environment that holds conda, a relative environment, a stray onstart hook
+    (lambda t: t.replace("trainer_conda_activate: false", "trainer_conda_activate: true"), "trainer_conda_activate"),
+    (lambda t: t.replace('trainer_env_prefix: ""', "trainer_env_prefix: miniconda3"), "trainer_env_prefix"),
+    (lambda t: t.replace('trainer_onstart_hook: ""', "trainer_onstart_hook: /root/onstart.sh"),
+     "trainer_onstart_hook"),
 ], ids=["deleted", "misspelled", "unknown-extra", "wrong-type-int", "wrong-type-cap", "verified-month",
-        "tensorboard-pair"])
+        "tensorboard-pair", "conda-without-prefix", "relative-prefix", "onstart-hook-without-onstart"])
 def test_broken_profile_fails_the_first_play_naming_the_key(playbook_copy, local_inventory, edit, expected):
     break_profile(playbook_copy, edit)
     proc = run_playbook(playbook_copy / "playbooks/preflight.yml", local_inventory, cwd=playbook_copy)

@@ -46,3 +46,31 @@ def test_launch_scripts_filter_returns_both_scripts_and_reports_bad_settings():
     assert "--scratch latest*" in scripts[0]["text"].replace("'", "")  # a single pattern is a list of one
     with pytest.raises(AnsibleFilterError, match="launch_scripts"):
         FILTERS["launch_scripts"](ITEMS, name="train")
+
+
+def test_launch_scripts_filter_takes_the_threads_from_env_audits_cgroup_result():
+    settings = dict(name="train", host="h", command="python t.py", dest="/c", output_root="/o", durable_root="/d",
+                    run_id="r", best=["best*"], scratch=[], job_dir="/j/train", python="/py", lib_dir="/lib",
+                    env_prefix="/root/miniconda3", conda_activate=True)
+    limited = FILTERS["launch_scripts"](ITEMS, cpu={"recommended_threads": 12, "host_cpus": 64}, **settings)[0]
+    unlimited = FILTERS["launch_scripts"](ITEMS, cpu={"recommended_threads": 64, "host_cpus": 64}, **settings)[0]
+    assert "export OMP_NUM_THREADS=12" in limited["text"] and "export MKL_NUM_THREADS=12" in limited["text"]
+    assert "OMP_NUM_THREADS" not in unlimited["text"]
+    assert '. "$prefix/etc/profile.d/conda.sh" && conda activate base' in limited["text"]
+    with pytest.raises(AnsibleFilterError, match="cpu must be the cgroup dict"):
+        FILTERS["launch_scripts"](ITEMS, cpu="12", **settings)
+    without_prefix = dict(settings)
+    without_prefix["env_prefix"] = ""
+    with pytest.raises(AnsibleFilterError, match="conda_activate needs env_prefix"):
+        FILTERS["launch_scripts"](ITEMS, **without_prefix)
+
+
+def test_launch_onstart_filter_resumes_the_started_wrapper():
+    job = {"wrapper": "/j/train/wrapper-0123456789ab.sh", "detach": "tmux", "changed": True}
+    block = FILTERS["launch_onstart"](ITEMS, job=job, name="train", job_dir="/j/train", python="/py", lib_dir="/lib")
+    assert "tmux new-session -d -s trainer-train -c /j/train 'exec bash /j/train/wrapper-0123456789ab.sh'" in block
+    assert "setsid -f nohup bash /j/train/wrapper-0123456789ab.sh" in block
+    assert 'pending "$dir/items" 000 002' in block
+    with pytest.raises(AnsibleFilterError, match="names no wrapper"):
+        FILTERS["launch_onstart"](ITEMS, job={"skipped": True}, name="train", job_dir="/j", python="/py",
+                                  lib_dir="/lib")

@@ -1,0 +1,202 @@
+"""launch.yml and the job's environment on the lab fleet: the image's interpreter on AutoDL, the onstart hook on vast.
+
+lab-01 is an AutoDL box of the ``autodl-image`` variant: no ``python3`` on PATH, and a non-login SSH shell has no
+``python`` at all. The test gives its ``/root/miniconda3`` what the real image has there: its own site-packages
+with a torch (a stub that says where it was imported from, found because ``/root/miniconda3`` is the interpreter's
+own prefix: a ``pyvenv.cfg`` next to ``bin/``) and a ``conda.sh`` whose ``conda activate base`` sets the CONDA_*
+variables. README's ``launch_command="python -m src.train -c"`` must then run with that torch.
+
+lab-02 is a vast.ai box: a restart kills tmux and every process, then reruns ``/root/onstart.sh``. The test
+simulates it (SIGKILL to the job, ``tmux kill-server``) and runs the hook as the platform would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, needs_root, started_fleet
+
+pytestmark = needs_root
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+
+TRAIN_PY = r"""
+import os
+import sys
+
+import torch
+
+print("torch %s from %s" % (torch.__version__, torch.__file__))
+print("python %s" % sys.executable)
+print("conda %s" % os.environ.get("CONDA_DEFAULT_ENV"))
+print("mkl %s" % os.environ.get("MKL_NUM_THREADS"))
+config = sys.argv[sys.argv.index("-c") + 1]
+with open(config) as src, open(os.path.join(os.environ["TRAINER_OUTPUT_DIR"], "best.pt"), "w") as dst:
+    dst.write(src.read())
+"""
+CONDA_SH = r"""# lab stand-in for the image's conda.sh: `conda activate base` as conda does it
+conda() {
+    if [ "$1" = activate ] && [ "${2:-base}" = base ]; then
+        export CONDA_PREFIX=/root/miniconda3 CONDA_DEFAULT_ENV=base CONDA_SHLVL=$((${CONDA_SHLVL:-0} + 1))
+        export PATH="/root/miniconda3/bin:/root/miniconda3/condabin:$PATH"
+        return 0
+    fi
+    echo "lab conda: only 'conda activate base' is emulated" >&2
+    return 1
+}
+"""
+TRAIN_SH = r"""#!/usr/bin/env bash
+# usage: train.sh NAME [--wait FILE]
+name=$1; wait=""
+[ "${2-}" = --wait ] && wait=$3
+echo "$TRAINER_ITEM $name" >> "$HOME/env-runs.log"
+printf 'best-%s' "$name" > "$TRAINER_OUTPUT_DIR/best.pt"
+if [ -n "$wait" ]; then while [ ! -e "$wait" ]; do sleep 0.2; done; fi
+exit 0
+"""
+USER_ONSTART = ("#!/bin/bash\n# the user's own onstart lines\n"
+                "echo \"user onstart $(date +%s%N)\" >> /root/user-onstart.log\n")
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_free, tmp_path_factory):
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "2", "--platform", "lab-02=vastai",
+                       "--variant", "lab-01=autodl-image") as lab:
+        yield lab
+
+
+def launch(fleet, src, *args, extra=None):
+    variables = {"launch_src": str(src)}
+    variables.update(extra or {})
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                           os.path.join(REPO, "playbooks", "launch.yml"), "-e", json.dumps(variables), *args],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return proc
+
+
+def changed(proc, host):
+    line = re.search(r"^%s\s+:.*\bchanged=(\d+)" % re.escape(host), proc.stdout, re.M)
+    return int(line.group(1))
+
+
+def read_json(fleet, host, path):
+    out = fleet.ssh(host, "cat %s 2>/dev/null || true" % path).stdout
+    return json.loads(out) if out.strip() else None
+
+
+def wait_finished(fleet, host, name, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = read_json(fleet, host, "~/.trainer/jobs/%s/status.json" % name)
+        if status is not None:
+            return status
+        time.sleep(0.5)
+    raise AssertionError("%s: job %s did not finish within %d s:\n%s" % (
+        host, name, timeout, fleet.ssh(host, "tail -30 ~/.trainer/jobs/%s/job.log" % name, check=False).stdout))
+
+
+def give_image_environment(fleet, host):
+    """What the AutoDL image has in /root/miniconda3 besides bin/python: its own site-packages with torch, and
+    conda.sh. -> the torch file the job must import."""
+    version = fleet.ssh(host, "/root/miniconda3/bin/python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'"
+                        ).stdout.strip()
+    site = "/root/miniconda3/lib/python%s/site-packages" % version
+    fleet.ssh(host, "mkdir -p %s/torch /root/miniconda3/etc/profile.d && "
+                    "printf 'home = /usr/bin\\ninclude-system-site-packages = false\\n' > /root/miniconda3/pyvenv.cfg"
+                    " && printf '__version__ = \"2.5.1+image\"\\n' > %s/torch/__init__.py" % (site, site))
+    fleet.ssh(host, "cat > /root/miniconda3/etc/profile.d/conda.sh << 'EOF'\n%sEOF" % CONDA_SH)
+    return "%s/torch/__init__.py" % site
+
+
+def test_readme_launch_command_runs_with_the_images_python_and_torch(fleet, tmp_path):
+    torch_file = give_image_environment(fleet, "lab-01")
+    # The situation of the issue: the image's python imports its torch, but the SSH shell finds no python at all.
+    assert fleet.ssh("lab-01", "/root/miniconda3/bin/python -c 'import torch; print(torch.__file__)'"
+                     ).stdout.strip() == torch_file
+    assert fleet.ssh("lab-01", "command -v python || command -v python3", check=False).returncode != 0
+
+    src = tmp_path / "src"
+    (src / "src").mkdir(parents=True)
+    (src / "src" / "__init__.py").write_text("")
+    (src / "src" / "train.py").write_text(TRAIN_PY)
+    (src / "cfg").mkdir()
+    (src / "cfg" / "a.yaml").write_text("lr: 0.1\n")
+    (src / "cfg" / "b.yaml").write_text("lr: 0.2\n")
+    # README's Launch example, on one AutoDL host; launch_env sets MKL_NUM_THREADS, which the quota never overrides.
+    launch(fleet, src, "-l", "lab-01", extra={"launch_command": "python -m src.train -c",
+                                              "launch_queue": ["cfg/a.yaml", "cfg/b.yaml"],
+                                              "launch_env": {"MKL_NUM_THREADS": "5"}})
+    final = wait_finished(fleet, "lab-01", "train")
+    log = fleet.ssh("lab-01", "cat ~/.trainer/jobs/train/job.log").stdout
+    assert final["exit_code"] == 0, log
+    assert "command not found" not in log and "No module named" not in log, log
+    for item, config in (("000", "lr: 0.1\n"), ("001", "lr: 0.2\n")):
+        status = read_json(fleet, "lab-01", "~/.trainer/jobs/train/items/%s/status.json" % item)
+        assert status["exit_code"] == 0 and status["synced"][0]["path"] == "best.pt", log
+        assert fleet.ssh("lab-01", "cat /root/autodl-fs/runs/train/%s/best.pt" % item).stdout == config
+    assert log.count("torch 2.5.1+image from %s" % torch_file) == 2, log
+    assert log.count("python /root/miniconda3/bin/python") == 2, log
+    assert log.count("conda base") == 2 and log.count("mkl 5") == 2, log
+    assert "trainer: no conda" not in log and "does not exist" not in log
+
+
+def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.sh").write_text(TRAIN_SH)
+    fleet.ssh("lab-02", "cat > /root/onstart.sh << 'EOF'\n%sEOF\nchmod 755 /root/onstart.sh" % USER_ONSTART)
+    flag = "/root/go-on"
+    extra = {"launch_name": "resume", "launch_command": "bash train.sh",
+             "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
+    # Check mode says what it would do and writes nothing, the hook included.
+    proc = launch(fleet, src, "-l", "lab-02", "--check", extra=extra)
+    assert changed(proc, "lab-02") > 0
+    assert fleet.ssh("lab-02", "cat /root/onstart.sh").stdout == USER_ONSTART
+    assert fleet.ssh("lab-02", "test -e ~/.trainer/jobs/resume/job.pid", check=False).returncode != 0
+    launch(fleet, src, "-l", "lab-02", extra=extra)
+    deadline = time.monotonic() + 60
+    while "001 r1" not in fleet.ssh("lab-02", "cat ~/env-runs.log 2>/dev/null || true").stdout:
+        assert time.monotonic() < deadline, "item 001 never started"
+        time.sleep(0.3)
+
+    hook = fleet.ssh("lab-02", "cat /root/onstart.sh").stdout
+    user_lines = USER_ONSTART.splitlines()
+    assert hook.startswith(user_lines[0] + "\n# BEGIN remote_gpu.trainer launch job resume\n"), hook
+    assert hook.count("# BEGIN remote_gpu.trainer launch job resume") == 1
+    assert hook.count("# END remote_gpu.trainer launch job resume") == 1
+    assert hook.rstrip("\n").endswith(user_lines[-1]), hook  # the user's lines are kept
+    meta = read_json(fleet, "lab-02", "~/.trainer/jobs/resume/job.meta.json")
+    assert meta["detach"] == "tmux" and meta["wrapper"] in hook
+
+    # The restart: every process of the container dies at once (tmux too), then the platform reruns onstart.sh.
+    pgid = fleet.ssh("lab-02", "cat ~/.trainer/jobs/resume/job.pid").stdout.strip()
+    fleet.ssh("lab-02", "kill -KILL -- -%s; tmux kill-server; sleep 0.5; ! kill -0 -- -%s 2>/dev/null" % (pgid, pgid))
+    assert read_json(fleet, "lab-02", "~/.trainer/jobs/resume/items/001/status.json") is None
+    fleet.ssh("lab-02", "touch %s" % flag)
+    fleet.ssh("lab-02", "bash /root/onstart.sh", timeout=30)
+    assert wait_finished(fleet, "lab-02", "resume")["exit_code"] == 0
+    runs = [line for line in fleet.ssh("lab-02", "cat ~/env-runs.log").stdout.split("\n") if line]
+    assert runs == ["000 r0", "001 r1", "001 r1", "002 r2"]
+    for item in ("000", "001", "002"):
+        assert read_json(fleet, "lab-02", "~/.trainer/jobs/resume/items/%s/status.json" % item)["exit_code"] == 0
+    log = fleet.ssh("lab-02", "cat ~/.trainer/jobs/resume/job.log").stdout
+    assert log.count("==== trainer: started ") == 2
+    assert "==== trainer: item 000 already done, skipped ====" in log
+    assert len(fleet.ssh("lab-02", "cat /root/user-onstart.log").stdout.splitlines()) == 1
+
+    # Another start of a finished queue starts nothing; the user's lines still run.
+    fleet.ssh("lab-02", "bash /root/onstart.sh", timeout=30)
+    time.sleep(1.5)
+    assert fleet.ssh("lab-02", "cat ~/.trainer/jobs/resume/job.log").stdout.count("==== trainer: started ") == 2
+    assert len(fleet.ssh("lab-02", "cat /root/user-onstart.log").stdout.splitlines()) == 2
+    # A relaunch of the finished queue changes nothing, the hook included.
+    proc = launch(fleet, src, "-l", "lab-02", extra=extra)
+    assert changed(proc, "lab-02") == 0, proc.stdout[-3000:]
+    assert fleet.ssh("lab-02", "cat /root/onstart.sh").stdout == hook
