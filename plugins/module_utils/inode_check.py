@@ -274,6 +274,8 @@ def separation_findings(durable_dir, tiers, device=_device, mount=mount_point):
         return []
     here = os.path.normpath(durable_dir)
     notes = [t.get("note") for t in tiers if os.path.normpath(t["path"]) == here and not t.get("lost_on")]
+    notes += [t.get("note") for t in tiers if t.get("name") == "durable"]  # where the profile says it should be
+    notes = [note for note in notes if note]
     found = []
     for tier in tiers:
         if not tier.get("lost_on") or os.path.normpath(tier["path"]) == here or device(tier["path"]) != durable_dev:
@@ -286,6 +288,6 @@ def separation_findings(durable_dir, tiers, device=_device, mount=mount_point):
                 durable_dir, name, tier["path"], (" (%s)" % tier["note"]) if tier.get("note") else "",
                 mount(durable_dir), ", ".join(tier["lost_on"])),
             "Give trainer_durable_dir a filesystem that survives the meter-stop verb%s, or pull every result to the "
-            "controller before teardown." % ((" (the profile: %s)" % notes[0]) if notes and notes[0] else ""),
+            "controller before teardown." % ((" (the profile's durable tier: %s)" % notes[0]) if notes else ""),
             path=durable_dir))
     return found
