@@ -178,7 +178,8 @@ def arch_findings(probe, gpu_names):
             "the job would die at its first CUDA kernel (no kernel image is available for execution on the device)"
             % (probe["torch"], ",".join(str(i) for i in indexes), name, cap[0], cap[1], cuda_arch.sm_name(cap),
                source, " ".join(arch_list)),
-            "Install %s into the profile's interpreter, or rent a GPU this build supports." % cuda_arch.install_hint(cap)))
+            "Install %s into the profile's interpreter, or rent a GPU this build supports."
+            % cuda_arch.install_hint(cap)))
     if unknown:
         found.append(finding(
             "INFO", "torch_arch_unchecked",

@@ -78,7 +78,7 @@ options:
     default: ~/.cache/huggingface
   hf_home:
     description:
-      - The profile's C(HF_HOME) (C(trainer_hf_home)), audited like O(hf_cache) (returned as RV(hf_home)): jobs
+      - The profile's C(HF_HOME) (C(trainer_hf_home)), audited like O(hf_cache) and returned as RV(hf_home). Jobs
         download models there, so a big one on the home filesystem is also C(hf_cache_large). C(~) expands to the
         home of the remote user.
       - Empty, or the same directory as O(hf_cache), skips it.
