@@ -10,7 +10,6 @@ import base64
 import hashlib
 import http.server
 import io
-import os
 import subprocess
 import sys
 import threading
@@ -118,8 +117,7 @@ def run_role(tmp_path, hook, *extra):
 
 def hook_file(tmp_path, proxy_url):
     hook = tmp_path / "network_turbo"
-    hook.write_text("export http_proxy=%s https_proxy=%s\nunset no_proxy NO_PROXY\necho set up\n" % (proxy_url,
-                                                                                                 proxy_url))
+    hook.write_text("export http_proxy={0} https_proxy={0}\nunset no_proxy NO_PROXY\necho set up\n".format(proxy_url))
     return hook
 
 

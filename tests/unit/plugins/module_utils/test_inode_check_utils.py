@@ -181,7 +181,7 @@ RUNPOD_TIERS = [
 
 
 def fake_devices(devices):
-    return (lambda path: devices.get(path)), (lambda path: "/")
+    return devices.get, (lambda path: "/")
 
 
 def test_durable_dir_on_the_container_disk_is_not_separate():
