@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cuda_arch
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 
 # Run by the profile's interpreter in a child process: importing torch can take seconds or crash outright.
@@ -28,6 +29,14 @@ try:
     out["threads"] = torch.get_num_threads()
 except Exception as exc:  # report any import or runtime failure as data
     out["error"] = "%s: %s" % (type(exc).__name__, exc)
+if out["torch"] and out["cuda_build"]:
+    try:  # get_arch_list() is empty without a usable GPU; the flags the build was compiled with are not
+        out["arch_list"] = torch.cuda.get_arch_list() if out["cuda_available"] else []
+        if not out["arch_list"] and hasattr(torch._C, "_cuda_getArchFlags"):
+            out["arch_list"] = (torch._C._cuda_getArchFlags() or "").split()
+        out["capabilities"] = [list(torch.cuda.get_device_capability(i)) for i in range(out["device_count"] or 0)]
+    except Exception as exc:
+        out["arch_error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
 """
 
@@ -127,4 +136,55 @@ def torch_findings(probe, driver_cuda, gpus_expected):
         found.append(finding("FAIL", "torch_cuda_unavailable",
                              "torch.cuda.is_available() is False (torch %s, CUDA %s)" % (probe.get("torch"), build),
                              "Check the driver (gpu_health) and CUDA_VISIBLE_DEVICES; the job would run on the CPU."))
+    return found
+
+
+def _gpu_capability(index, name, probe):
+    """(capability, where it came from): NVIDIA's table by product name, else what torch reported for the device."""
+    cap = cuda_arch.capability(name)
+    if cap:
+        return cap, "NVIDIA's table"
+    reported = probe.get("capabilities") or []
+    if index < len(reported) and isinstance(reported[index], (list, tuple)) and len(reported[index]) == 2:
+        return tuple(reported[index]), "torch"
+    return None, None
+
+
+def arch_findings(probe, gpu_names):
+    """torch_arch_unsupported (FAIL): the torch build has no kernels for a GPU of this box, which dies at the first
+    forward pass ('no kernel image is available for execution on the device'). torch_arch_unchecked (INFO): the check
+    could not be made, with the reason. Nothing when torch did not import or is a CPU build (other findings say so),
+    or when no GPU was seen."""
+    if not probe or not probe.get("torch") or not probe.get("cuda_build") or not gpu_names:
+        return []
+    arch_list = probe.get("arch_list") or []
+    if not arch_list:
+        why = probe.get("arch_error") or "torch reported no CUDA architectures (torch.cuda.get_arch_list() is empty)"
+        return [finding("INFO", "torch_arch_unchecked",
+                        "whether torch %s has kernels for this GPU was not checked: %s" % (probe["torch"], why),
+                        "Run python -c 'import torch; print(torch.cuda.get_arch_list())' on the box and compare it "
+                        "with the GPU's compute capability (https://developer.nvidia.com/cuda-gpus).")]
+    found, unknown, unsupported = [], [], {}
+    for index, name in enumerate(gpu_names):
+        cap, source = _gpu_capability(index, name, probe)
+        if cap is None:
+            unknown.append("GPU %d (%s)" % (index, name))
+        elif not cuda_arch.arch_supported(cap, arch_list):
+            unsupported.setdefault((cap, name, source), []).append(index)
+    for (cap, name, source), indexes in sorted(unsupported.items()):
+        found.append(finding(
+            "FAIL", "torch_arch_unsupported",
+            "torch %s has no kernels for GPU %s (%s, compute capability %d.%d, %s, from %s): it was built for %s; "
+            "the job would die at its first CUDA kernel (no kernel image is available for execution on the device)"
+            % (probe["torch"], ",".join(str(i) for i in indexes), name, cap[0], cap[1], cuda_arch.sm_name(cap),
+               source, " ".join(arch_list)),
+            "Install %s into the profile's interpreter, or rent a GPU this build supports."
+            % cuda_arch.install_hint(cap)))
+    if unknown:
+        found.append(finding(
+            "INFO", "torch_arch_unchecked",
+            "whether torch %s has kernels for %s was not checked: the product name is not in NVIDIA's compute "
+            "capability table" % (probe["torch"], ", ".join(unknown)),
+            "Look up the GPU's compute capability (https://developer.nvidia.com/cuda-gpus) and check that "
+            "torch.cuda.get_arch_list() holds it (%s)." % " ".join(arch_list)))
     return found

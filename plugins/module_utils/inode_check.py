@@ -188,16 +188,17 @@ def tree_bytes(path):
     return total, files
 
 
-def hf_cache_findings(report, warn_bytes):
-    """hf_cache_large: a big Hugging Face cache that sits on the home (system) disk instead of the data disk."""
+def hf_cache_findings(report, warn_bytes, label="the Hugging Face cache"):
+    """hf_cache_large: a big Hugging Face cache (``label``: which one) that sits on the home (system) disk instead of
+    the data disk."""
     if not report or not report["exists"] or report["bytes"] is None or report["bytes"] < warn_bytes:
         return []
     if report["other_filesystem"]:
         return []
     return [finding(
         "WARN", "hf_cache_large",
-        "the Hugging Face cache %s holds %s on the home filesystem%s" % (
-            report["path"], human_bytes(report["bytes"]),
+        "%s %s holds %s on the home filesystem%s" % (
+            label, report["path"], human_bytes(report["bytes"]),
             (" (largest: %s)" % report["models"][0]["name"]) if report["models"] else ""),
         "Move it to the data disk and point HF_HOME there (the hf_mirror role does), or delete models you no "
         "longer need; the system disk is small and fills up first.", path=report["path"])]
@@ -238,3 +239,55 @@ def hf_cache_report(cache_path, home):
     models.sort(key=lambda row: (-row["bytes"], row["name"]))
     report["models"] = models
     return report
+
+
+def mount_point(path):
+    """The mount point of the filesystem that holds ``path`` (the highest parent on the same device)."""
+    current = os.path.realpath(path)
+    device = os.stat(current).st_dev
+    while current != os.path.dirname(current):
+        parent = os.path.dirname(current)
+        if os.stat(parent).st_dev != device:
+            break
+        current = parent
+    return current
+
+
+def _device(path):
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+def separation_findings(durable_dir, tiers, device=_device, mount=mount_point):
+    """durable_not_separate (WARN): ``durable_dir`` shares a filesystem with a storage tier that the profile says is
+    lost on some verb (``lost_on``), so what is synced there dies with that tier. RunPod's container disk is the case
+    in point: its durable tier exists only when a Network Volume is mounted at ``/workspace``.
+
+    ``tiers`` are the profile's ``trainer_storage_tiers`` (name, path, lost_on, note). Tiers at the durable path
+    itself, tiers lost on nothing, and paths that do not exist are not compared."""
+    if not durable_dir:
+        return []
+    durable_dev = device(durable_dir)
+    if durable_dev is None:
+        return []
+    here = os.path.normpath(durable_dir)
+    notes = [t.get("note") for t in tiers if os.path.normpath(t["path"]) == here and not t.get("lost_on")]
+    notes += [t.get("note") for t in tiers if t.get("name") == "durable"]  # where the profile says it should be
+    notes = [note for note in notes if note]
+    found = []
+    for tier in tiers:
+        if not tier.get("lost_on") or os.path.normpath(tier["path"]) == here or device(tier["path"]) != durable_dev:
+            continue
+        name = tier.get("name") or tier["path"]
+        found.append(finding(
+            "WARN", "durable_not_separate",
+            "the durable tier %s is on the same filesystem as the %s tier %s%s (mounted at %s), which is lost on %s: "
+            "files synced there die with it" % (
+                durable_dir, name, tier["path"], (" (%s)" % tier["note"]) if tier.get("note") else "",
+                mount(durable_dir), ", ".join(tier["lost_on"])),
+            "Give trainer_durable_dir a filesystem that survives the meter-stop verb%s, or pull every result to the "
+            "controller before teardown." % ((" (the profile's durable tier: %s)" % notes[0]) if notes else ""),
+            path=durable_dir))
+    return found

@@ -17,7 +17,8 @@ description:
   - Runs with the profile's interpreter (AutoDL images may have no C(python3) on PATH), so that it runs at all
     proves the interpreter exists.
   - Imports torch in a child process (an import can take seconds or crash) and checks that its CUDA build fits
-    the driver's CUDA version and that C(torch.cuda.is_available()).
+    the driver's CUDA version, that C(torch.cuda.is_available()), and that the build has kernels for the compute
+    capability of each GPU in O(gpu_names).
   - Judges the container by its cgroup, not by host tools that describe the whole node. It reports
     C(memory.max) against C(memory.current) and the C(oom_kill) count. It compares the CPU quota with the
     host's core count, because torch and OpenMP size their thread pools by cores. When they differ it names
@@ -40,6 +41,16 @@ options:
     description: Whether this box should have usable GPUs (a CPU-only torch build or no CUDA is then a failure).
     type: bool
     default: true
+  gpu_names:
+    description:
+      - The product names of the box's GPUs in index order, as M(remote_gpu.trainer.gpu_health) returns them.
+      - Each name's compute capability is looked up in NVIDIA's table and compared with the architectures torch was
+        built for (C(torch.cuda.get_arch_list())). A GPU the build has no kernels for is the finding
+        C(torch_arch_unsupported) (FAIL), which names the torch build to install; a name the table does not know, or a
+        build that reports no architectures, is C(torch_arch_unchecked) (INFO). Empty skips the comparison.
+    type: list
+    elements: str
+    default: []
   torch:
     description: Whether to probe torch at all.
     type: bool
@@ -92,7 +103,14 @@ torch:
   description: What the torch probe found, or null when O(torch=false).
   type: dict
   returned: always
-  sample: {torch: 2.5.1+cu124, cuda_build: "12.4", cuda_available: true, device_count: 1, error: null}
+  sample:
+    torch: 2.5.1+cu124
+    cuda_build: "12.4"
+    cuda_available: true
+    device_count: 1
+    arch_list: [sm_50, sm_60, sm_70, sm_75, sm_80, sm_86, sm_90]
+    capabilities: [[9, 0]]
+    error: null
 cgroup:
   description: Memory and CPU limits of the container.
   type: dict
@@ -161,6 +179,7 @@ def audit(params):
     findings.extend(cpu)
     torch = probe_torch(params["torch_timeout"]) if params["torch"] else None
     findings.extend(env_audit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
+    findings.extend(env_audit.arch_findings(torch, params["gpu_names"]))
     hook = {"path": params["proxy_hook"] or None, "present": None}
     if params["proxy_hook"]:
         hook["present"] = os.path.isfile(params["proxy_hook"])
@@ -184,6 +203,7 @@ def build_module():
             proxy_hook=dict(type="str", default=""),
             driver_cuda_version=dict(type="str"),
             gpus_expected=dict(type="bool", default=True),
+            gpu_names=dict(type="list", elements="str", default=[]),
             torch=dict(type="bool", default=True),
             torch_timeout=dict(type="int", default=120),
             cgroup_root=dict(type="path", default="/sys/fs/cgroup"),

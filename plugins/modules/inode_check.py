@@ -20,7 +20,10 @@ description:
     per-sample evaluation images while C(df -h) shows a third used). This module checks both.
   - Returns findings with stable codes against thresholds, projected budgets (bytes and inodes a job will need),
     the largest inode consumers under each path, and where the Hugging Face cache lives and how big it is
-    (C(hf_cache_large) when a big cache sits on the home disk instead of the data disk).
+    (C(hf_cache_large) when a big cache sits on the home disk instead of the data disk), for C(~/.cache/huggingface)
+    and for the profile's C(HF_HOME).
+  - Checks that the durable tier is a filesystem of its own, apart from the tiers the profile says are lost on some
+    verb (C(durable_not_separate)).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
@@ -73,6 +76,54 @@ options:
       - Set to an empty string to skip the audit.
     type: str
     default: ~/.cache/huggingface
+  hf_home:
+    description:
+      - The profile's C(HF_HOME) (C(trainer_hf_home)), audited like O(hf_cache) and returned as RV(hf_home). Jobs
+        download models there, so a big one on the home filesystem is also C(hf_cache_large). C(~) expands to the
+        home of the remote user.
+      - Empty, or the same directory as O(hf_cache), skips it.
+    type: str
+    default: ""
+  durable_dir:
+    description:
+      - The durable tier (C(trainer_durable_dir)), checked against O(storage_tiers).
+      - When it shares a filesystem with a tier that the profile says is lost on some verb (RunPod's container disk,
+        when no Network Volume is mounted at C(/workspace)), that is the finding C(durable_not_separate) (WARN).
+      - Empty skips the check.
+    type: path
+    default: ""
+  storage_tiers:
+    description:
+      - The profile's C(trainer_storage_tiers). Only C(path), C(name), C(lost_on) and C(note) are used; tiers at the
+        path of O(durable_dir) and tiers lost on nothing are not compared.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The tier's name, used in messages.
+        type: str
+        default: ""
+      path:
+        description: A path on the tier.
+        type: path
+        required: true
+      lost_on:
+        description: The verbs that destroy this tier (C(terminate), C(release), ...).
+        type: list
+        elements: str
+        default: []
+      survives:
+        description: The verbs this tier survives (not used).
+        type: list
+        elements: str
+        default: []
+      shared:
+        description: Who shares the tier (not used).
+        type: str
+      note:
+        description: The profile's note, quoted in messages.
+        type: str
   hf_cache_warn_gib:
     description:
       - Size from which a Hugging Face cache on the home filesystem (not moved to another disk) is a
@@ -144,6 +195,21 @@ findings:
       path: /root/autodl-fs
       message: /root/autodl-fs has used 91% of its inodes (18000 free of 200000)
       action: Pack small files or delete per-sample outputs.
+hf_home:
+  description:
+    - The same report as RV(hf_cache), for O(hf_home).
+    - Null when O(hf_home) is empty; the same report as RV(hf_cache) when both are the same directory.
+  type: dict
+  returned: always
+  sample:
+    path: /root/autodl-tmp/huggingface_cache
+    exists: true
+    is_symlink: false
+    target: /root/autodl-tmp/huggingface_cache
+    other_filesystem: true
+    bytes: 0
+    files: 0
+    models: []
 hf_cache:
   description:
     - Where the Hugging Face cache lives, whether it is a symlink onto another filesystem, and its size.
@@ -192,6 +258,19 @@ def build_module():
                 ),
             ),
             hf_cache=dict(type="str", default="~/.cache/huggingface"),
+            hf_home=dict(type="str", default=""),
+            durable_dir=dict(type="path", default=""),
+            storage_tiers=dict(
+                type="list", elements="dict", default=[],
+                options=dict(
+                    name=dict(type="str", default=""),
+                    path=dict(type="path", required=True),
+                    lost_on=dict(type="list", elements="str", default=[]),
+                    survives=dict(type="list", elements="str", default=[]),
+                    shared=dict(type="str"),
+                    note=dict(type="str"),
+                ),
+            ),
             hf_cache_warn_gib=dict(type="int", default=10),
             fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
         ),
@@ -254,12 +333,27 @@ def run(params):
             findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
             continue
         findings.extend(inode_check.budget_findings(usage, budget["label"], budget["bytes"], budget["inodes"]))
-    hf_cache = None
+    findings.extend(inode_check.separation_findings(params["durable_dir"], params["storage_tiers"]))
+    hf_cache, hf_home = hf_reports(params, findings)
+    return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache,
+            "hf_home": hf_home}
+
+
+def hf_reports(params, findings):
+    """The reports of ~/.cache/huggingface and of the profile's HF_HOME (the same one when they are one directory)."""
+    home = os.path.expanduser("~")
+    warn_bytes = params["hf_cache_warn_gib"] * 1024 ** 3
+    hf_cache = hf_home = None
     if params["hf_cache"]:
-        home = os.path.expanduser("~")
         hf_cache = inode_check.hf_cache_report(os.path.expanduser(params["hf_cache"]), home)
-        findings.extend(inode_check.hf_cache_findings(hf_cache, params["hf_cache_warn_gib"] * 1024 ** 3))
-    return {"status": worst(findings), "paths": reports, "findings": findings, "hf_cache": hf_cache}
+        findings.extend(inode_check.hf_cache_findings(hf_cache, warn_bytes))
+    if params["hf_home"]:
+        path = os.path.expanduser(params["hf_home"])
+        if hf_cache and os.path.realpath(path) == os.path.realpath(hf_cache["path"]):
+            return hf_cache, hf_cache
+        hf_home = inode_check.hf_cache_report(path, home)
+        findings.extend(inode_check.hf_cache_findings(hf_home, warn_bytes, label="HF_HOME"))
+    return hf_cache, hf_home
 
 
 def main():
@@ -267,7 +361,8 @@ def main():
     try:
         result = run(module.params)
     except InodeCheckError as exc:
-        module.fail_json(msg=str(exc), changed=False, status="FAIL", paths=[], findings=[], hf_cache=None)
+        module.fail_json(msg=str(exc), changed=False, status="FAIL", paths=[], findings=[], hf_cache=None,
+                         hf_home=None)
     exit_by_fail_on(module, result, module.params["fail_on"])
 
 

@@ -56,3 +56,9 @@ def tmpfs():
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs with size= and nr_inodes= caps needs root")
     return mount_tmpfs
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``root`` (chown to another user, mounts) is skipped with a reason when not run as root."""
+    if item.get_closest_marker("root") and not is_root():
+        pytest.skip("needs root (marked root): it changes file owners or mounts filesystems")

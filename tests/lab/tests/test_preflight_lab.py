@@ -1,4 +1,5 @@
-"""preflight.yml against the lab fleet: the table, the exit code, unreachable hosts, and host limits."""
+"""preflight.yml against the lab fleet: the table, the exit code, unreachable hosts, host limits, the durable tier of
+a RunPod box and the profile's HF_HOME."""
 from __future__ import annotations
 
 import json
@@ -15,8 +16,9 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "4", "--scenario", "lab-02=8xh100-hwslowdown",
-                       "--variant", "lab-03=down", "--scenario", "lab-04=xid13-gr-exception") as lab:
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "5", "--scenario", "lab-02=8xh100-hwslowdown",
+                       "--variant", "lab-03=down", "--scenario", "lab-04=xid13-gr-exception",
+                       "--platform", "lab-05=runpod") as lab:
         yield lab
 
 
@@ -35,8 +37,8 @@ def preflight(fleet, tmp_path, *args):
 def test_whole_fleet_names_the_throttled_and_the_unreachable_host(fleet, tmp_path):
     proc, rows = preflight(fleet, tmp_path)
     assert proc.returncode != 0
-    assert sorted(rows) == ["lab-01", "lab-02", "lab-03", "lab-04"]
-    assert rows["lab-01"]["verdict"] == "PASS"
+    assert sorted(rows) == ["lab-01", "lab-02", "lab-03", "lab-04", "lab-05"]
+    assert rows["lab-01"]["verdict"] == "PASS" and rows["lab-05"]["verdict"] == "PASS"
     assert rows["lab-02"]["verdict"] == "FAIL" and rows["lab-02"]["top_finding"].startswith("throttle_active: GPU")
     assert "HW slowdown" in rows["lab-02"]["top_finding"]
     assert rows["lab-03"]["verdict"] == "UNREACHABLE"
@@ -79,3 +81,38 @@ def test_missing_interpreter_is_a_finding_not_a_crash(fleet, tmp_path):
     assert proc.returncode != 0
     assert rows["lab-01"]["verdict"] == "FAIL"
     assert rows["lab-01"]["top_finding"].startswith("interpreter_missing: the profile interpreter /root/miniconda3/bin/nope")
+
+
+def codes(row):
+    return [f["code"] for f in row["findings"]]
+
+
+def test_runpod_durable_tier_on_the_container_disk_is_said(fleet, tmp_path):
+    """lab-05 is a RunPod box: /workspace is a filesystem of its own (a volume, as a Network Volume would be), so
+    nothing is said; pointed at /mnt, a directory of the container's root filesystem, it is durable_not_separate."""
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-05")
+    assert proc.returncode == 0, proc.stdout
+    assert "durable_not_separate" not in codes(rows["lab-05"])
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-05", "-e", "trainer_durable_dir=/mnt")
+    assert proc.returncode == 0, proc.stdout  # a WARN: the box can train, but the durable copies die with it
+    row = rows["lab-05"]
+    assert row["verdict"] == "WARN" and row["top_finding"].startswith(
+        "durable_not_separate: the durable tier /mnt is on the same filesystem as the system tier / (container disk)")
+    finding = [f for f in row["findings"] if f["code"] == "durable_not_separate"][0]
+    assert "lost on stop, terminate" in finding["message"] and "Network Volume" in finding["action"]
+
+
+def test_the_profiles_hf_home_is_audited(fleet, tmp_path):
+    """A big HF_HOME on the home filesystem (an 11 GiB sparse model file) is hf_cache_large."""
+    fleet.ssh("lab-01", "mkdir -p /root/hf-home/hub/models--org--big && "
+                        "truncate -s 11G /root/hf-home/hub/models--org--big/model.safetensors")
+    try:
+        proc, rows = preflight(fleet, tmp_path, "-l", "lab-01", "-e", "trainer_hf_home=/root/hf-home")
+    finally:
+        fleet.ssh("lab-01", "rm -rf /root/hf-home")
+    assert proc.returncode == 0, proc.stdout
+    large = [f for f in rows["lab-01"]["findings"] if f["code"] == "hf_cache_large"]
+    assert len(large) == 1 and large[0]["message"].startswith("HF_HOME /root/hf-home holds 11.0 GiB on the home")
+    # the profile's own HF_HOME is on the data disk: nothing to say
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-01")
+    assert "hf_cache_large" not in codes(rows["lab-01"])

@@ -59,3 +59,46 @@ def test_cgroup_findings_say_what_was_not_audited():
     assert "/tmp holds no cgroup v1 or v2 hierarchy" in empty[0]["message"]
     bad = env_audit.cgroup_findings("/sys/fs/cgroup", 2, True, ["/sys/fs/cgroup/cpu.max holds '1 0' (a period of 0)"])
     assert codes(bad) == ["cgroup_malformed"] and bad[0]["level"] == "WARN" and "a period of 0" in bad[0]["message"]
+
+
+CU124_ARCHS = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+
+
+def test_rtx_5090_with_a_torch_build_without_its_kernels_fails_naming_the_build_to_install():
+    found = env_audit.arch_findings(probe(arch_list=CU124_ARCHS), ["NVIDIA GeForce RTX 5090"] * 2)
+    assert codes(found) == ["torch_arch_unsupported"] and found[0]["level"] == "FAIL"
+    message = found[0]["message"]
+    assert "GPU 0,1 (NVIDIA GeForce RTX 5090, compute capability 12.0, sm_120" in message
+    assert "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90" in message and "2.5.1+cu124" in message
+    assert "cu128" in found[0]["action"] and "torch 2.7 or newer" in found[0]["action"]
+
+
+def test_supported_gpus_are_no_finding():
+    assert env_audit.arch_findings(probe(arch_list=CU124_ARCHS), ["NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"]) == []
+    cu128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120", "compute_120"]
+    assert env_audit.arch_findings(probe(arch_list=cu128), ["NVIDIA GeForce RTX 5090"]) == []
+
+
+def test_an_unknown_name_uses_the_capability_torch_reported_or_says_it_was_not_checked():
+    unknown = env_audit.arch_findings(probe(arch_list=CU124_ARCHS), ["Graphics Device"])
+    assert codes(unknown) == ["torch_arch_unchecked"] and unknown[0]["level"] == "INFO"
+    assert "GPU 0 (Graphics Device)" in unknown[0]["message"]
+    found = env_audit.arch_findings(probe(arch_list=CU124_ARCHS, capabilities=[[12, 0]]), ["Graphics Device"])
+    assert codes(found) == ["torch_arch_unsupported"] and "from torch" in found[0]["message"]
+
+
+@pytest.mark.parametrize("torch_probe", [
+    None,                                                                       # torch not probed
+    {"torch": None, "error": "ModuleNotFoundError: No module named 'torch'"},  # torch_import_failed says so
+    probe(cuda_build=None, torch="2.5.1+cpu", arch_list=[]),                   # torch_cpu_only says so
+])
+def test_no_torch_or_a_cpu_build_is_not_an_arch_finding(torch_probe):
+    assert env_audit.arch_findings(torch_probe, ["NVIDIA GeForce RTX 5090"]) == []
+
+
+def test_a_build_without_an_arch_list_is_unchecked_with_the_reason():
+    found = env_audit.arch_findings(probe(arch_list=[]), ["NVIDIA GeForce RTX 5090"])
+    assert codes(found) == ["torch_arch_unchecked"] and "get_arch_list() is empty" in found[0]["message"]
+    found = env_audit.arch_findings(probe(arch_error="AttributeError: no _C"), ["NVIDIA GeForce RTX 5090"])
+    assert "AttributeError: no _C" in found[0]["message"]
+    assert env_audit.arch_findings(probe(arch_list=CU124_ARCHS), []) == []

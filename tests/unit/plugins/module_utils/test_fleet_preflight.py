@@ -100,3 +100,18 @@ def test_a_skipped_gpu_probe_after_an_unreachable_storage_probe_is_unreachable()
     row = fleet_preflight.preflight_row("lab-03", {"platform": "autodl", "storage": {"unreachable": True, "msg": ""},
                                                    "gpu": skipped, "env": skipped})
     assert row["verdict"] == "UNREACHABLE" and row["top_finding"] == "unreachable: no answer"
+
+
+def test_new_preflight_codes_reach_the_row():
+    """torch_arch_unsupported (env_audit) makes a box with a healthy GPU FAIL; durable_not_separate (inode_check) and
+    torch_arch_unchecked are listed at their levels."""
+    arch = {"level": "FAIL", "code": "torch_arch_unsupported", "action": "install torch 2.7",
+            "message": "torch 2.5.1+cu124 has no kernels for GPU 0 (NVIDIA GeForce RTX 5090, compute capability 12.0"}
+    unchecked = {"level": "INFO", "code": "torch_arch_unchecked", "message": "GPU 1 not checked", "action": "look"}
+    durable = {"level": "WARN", "code": "durable_not_separate", "message": "the durable tier /workspace ...",
+               "action": "attach a Network Volume", "path": "/workspace"}
+    row = fleet_preflight.preflight_row("lab-05", record([INFO], gpus=[{"name": "NVIDIA GeForce RTX 5090"}],
+                                                         storage_findings=[durable], env_findings=[unchecked, arch]))
+    assert row["verdict"] == "FAIL" and row["top_finding"].startswith("torch_arch_unsupported: torch 2.5.1+cu124")
+    assert [f["code"] for f in row["findings"]] == ["torch_arch_unsupported", "durable_not_separate", "mig_enabled",
+                                                    "torch_arch_unchecked"]

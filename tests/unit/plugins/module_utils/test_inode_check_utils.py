@@ -171,3 +171,50 @@ def test_human_bytes():
     assert inode_check.human_bytes(512) == "512 B"
     assert inode_check.human_bytes(1536) == "1.5 KiB"
     assert inode_check.human_bytes(5 * 1024 ** 3) == "5.0 GiB"
+
+
+RUNPOD_TIERS = [
+    {"name": "system", "path": "/", "lost_on": ["stop", "terminate"], "note": "container disk"},
+    {"name": "data", "path": "/workspace", "lost_on": ["terminate"], "note": "volume disk"},
+    {"name": "durable", "path": "/workspace", "lost_on": [], "note": "only when a Network Volume is attached"},
+]
+
+
+def fake_devices(devices):
+    return devices.get, (lambda path: "/")
+
+
+def test_durable_dir_on_the_container_disk_is_not_separate():
+    device, mount = fake_devices({"/": 1, "/workspace": 1})
+    found = inode_check.separation_findings("/workspace", RUNPOD_TIERS, device, mount)
+    assert [(f["code"], f["level"]) for f in found] == [("durable_not_separate", "WARN")]
+    assert "same filesystem as the system tier / (container disk)" in found[0]["message"]
+    assert "lost on stop, terminate" in found[0]["message"]
+    assert "only when a Network Volume is attached" in found[0]["action"]
+
+
+def test_durable_dir_on_its_own_filesystem_is_no_finding():
+    device, mount = fake_devices({"/": 1, "/workspace": 2})
+    assert inode_check.separation_findings("/workspace", RUNPOD_TIERS, device, mount) == []
+
+
+def test_tiers_at_the_durable_path_lost_on_nothing_or_missing_are_not_compared():
+    device, mount = fake_devices({"/": 1, "/workspace": 1})
+    # the data tier shares the durable path (RunPod's volume disk and Network Volume are both /workspace)
+    assert inode_check.separation_findings("/workspace", RUNPOD_TIERS[1:], device, mount) == []
+    # a tier lost on nothing, a tier whose path does not exist, no durable dir, a durable dir that does not exist
+    tiers = [{"name": "home", "path": "/", "lost_on": []}, {"name": "gone", "path": "/gone", "lost_on": ["x"]}]
+    assert inode_check.separation_findings("/workspace", tiers, device, mount) == []
+    assert inode_check.separation_findings("", RUNPOD_TIERS, device, mount) == []
+    assert inode_check.separation_findings("/nope", RUNPOD_TIERS, device, mount) == []
+
+
+def test_separation_against_real_filesystems(tmp_path):
+    """Two directories of one filesystem are not separate; /proc is another filesystem."""
+    (tmp_path / "durable").mkdir()
+    tiers = [{"name": "system", "path": str(tmp_path), "lost_on": ["terminate"]}]
+    found = inode_check.separation_findings(str(tmp_path / "durable"), tiers)
+    assert [f["code"] for f in found] == ["durable_not_separate"]
+    assert "(mounted at %s)" % inode_check.mount_point(str(tmp_path)) in found[0]["message"]
+    assert inode_check.separation_findings("/proc", tiers) == []
+    assert inode_check.mount_point("/proc/self") == "/proc"

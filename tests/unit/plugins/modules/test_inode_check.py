@@ -99,3 +99,67 @@ def test_hf_cache_symlinked_onto_another_filesystem(module_runner, tmp_path, mon
         os.symlink(data / "huggingface_cache", home / ".cache" / "huggingface")
         failed, result = module_runner(inode_check, {"paths": [str(home)], "top": 0, "fail_on": "never"})
         assert result["hf_cache"]["is_symlink"] and result["hf_cache"]["other_filesystem"] is True
+
+
+def test_hf_home_is_audited_as_well_as_the_home_cache(module_runner, tmp_path, monkeypatch):
+    """A big HF_HOME on the home filesystem is hf_cache_large, with its own report; ~/.cache stays audited."""
+    home = tmp_path / "home"
+    model = home / "hf" / "hub" / "models--org--big"
+    model.mkdir(parents=True)
+    with open(model / "weights.safetensors", "wb") as fh:  # sparse: 2 GiB apparent size
+        fh.truncate(2 * 1024 ** 3)
+    monkeypatch.setenv("HOME", str(home))
+    failed, result = module_runner(inode_check, {"paths": [str(home)], "top": 0, "fail_on": "never",
+                                                 "hf_home": "~/hf", "hf_cache_warn_gib": 1})
+    assert not failed
+    assert result["hf_cache"]["path"] == str(home / ".cache" / "huggingface") and not result["hf_cache"]["exists"]
+    assert result["hf_home"]["path"] == str(home / "hf") and result["hf_home"]["bytes"] == 2 * 1024 ** 3
+    large = [f for f in result["findings"] if f["code"] == "hf_cache_large"]
+    assert len(large) == 1 and large[0]["message"].startswith("HF_HOME %s holds 2.0 GiB" % (home / "hf"))
+    assert "models--org--big" in large[0]["message"]
+
+
+def test_hf_home_that_is_the_home_cache_is_reported_once(module_runner, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    failed, result = module_runner(inode_check, {"paths": [str(home)], "top": 0, "fail_on": "never",
+                                                 "hf_home": str(home / ".cache" / "huggingface"),
+                                                 "hf_cache_warn_gib": 0})
+    assert not failed and result["hf_home"] == result["hf_cache"]
+    assert [f["code"] for f in result["findings"]] == ["hf_cache_large"]
+
+
+RUNPOD_TIERS = [
+    {"name": "system", "path": "/", "lost_on": ["stop", "terminate"], "note": "container disk"},
+    {"name": "data", "path": "/workspace", "lost_on": ["terminate"], "note": "volume disk"},
+    {"name": "durable", "path": "/workspace", "lost_on": [], "note": "only when a Network Volume is attached"},
+]
+
+
+def tiers_at(container, workspace):
+    return [dict(t, path=str(container if t["path"] == "/" else workspace)) for t in RUNPOD_TIERS]
+
+
+def test_durable_dir_on_the_container_disk_is_a_finding(module_runner, tmp_path, tmpfs):
+    """RunPod without a Network Volume: /workspace is a directory of the container's filesystem."""
+    with tmpfs(tmp_path / "container", "size=8m,nr_inodes=500") as container:
+        (container / "workspace").mkdir()
+        workspace = container / "workspace"
+        failed, result = module_runner(inode_check, {
+            "paths": [str(workspace)], "top": 0, "hf_cache": "", "durable_dir": str(workspace),
+            "storage_tiers": tiers_at(container, workspace)})
+    assert not failed  # a WARN: the box can train, but nothing synced to the durable tier outlives it
+    separate = [f for f in result["findings"] if f["code"] == "durable_not_separate"]
+    assert len(separate) == 1 and separate[0]["level"] == "WARN" and separate[0]["path"] == str(workspace)
+    assert "(mounted at %s)" % container in separate[0]["message"]
+
+
+def test_durable_dir_on_its_own_filesystem_is_no_finding(module_runner, tmp_path, tmpfs):
+    """A Network Volume (here a tmpfs) mounted at /workspace."""
+    (tmp_path / "container").mkdir()
+    with tmpfs(tmp_path / "container" / "workspace", "size=8m,nr_inodes=500") as workspace:
+        failed, result = module_runner(inode_check, {
+            "paths": [str(workspace)], "top": 0, "hf_cache": "", "durable_dir": str(workspace),
+            "storage_tiers": tiers_at(tmp_path / "container", workspace), "fail_on": "WARN"})
+    assert not failed and result["findings"] == []
