@@ -196,29 +196,36 @@ def _item_start_offset(handle, size, marker):
 
 def write_item_log(log_path, item, dest):
     """Copy the item's part of the job log (from its last start line to the next start of an item or of the job)
-    to ``dest`` (atomically) -> True, or False when the log or the item's start line is not there."""
+    to ``dest`` (atomically) -> True, or False when the log, the item's start line or room for the copy is not
+    there (the copy is a record, never a reason to fail the item)."""
     try:
         if not stat.S_ISREG(os.stat(log_path).st_mode):
             return False
-        handle = open(log_path, "rb")
+        with open(log_path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            offset = _item_start_offset(handle, size, (ITEM_START % item).encode("utf-8"))
+            if offset is None:
+                return False
+            handle.seek(offset)
+            with replacing(dest, mode=0o644) as staged:
+                _copy_item_lines(handle, size - offset, staged.file)
     except OSError:
         return False
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        offset = _item_start_offset(handle, size, (ITEM_START % item).encode("utf-8"))
-        if offset is None:
-            return False
-        handle.seek(offset)
-        others = (b"==== trainer: item ", JOB_START.encode("utf-8"))
-        with replacing(dest, mode=0o644) as staged:
-            first, left = True, size - offset
-            for line in iter(lambda: handle.readline(min(LOG_CHUNK, left)) if left > 0 else b"", b""):
-                if not first and line.startswith(others) and (line.startswith(JOB_START.encode("utf-8"))
-                                                              or b" started " in line):
-                    break
-                staged.file.write(line)
-                first, left = False, left - len(line)
     return True
+
+
+def _copy_item_lines(handle, left, out):
+    """Copy at most ``left`` bytes of lines from ``handle``, up to the next start line of an item or of the job."""
+    job_start, item_line = JOB_START.encode("utf-8"), b"==== trainer: item "
+    first = True
+    while left > 0:
+        line = handle.readline(min(LOG_CHUNK, left))
+        if not line:
+            return
+        if not first and (line.startswith(job_start) or (line.startswith(item_line) and b" started " in line)):
+            return
+        out.write(line)
+        first, left = False, left - len(line)
 
 
 def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
@@ -289,8 +296,8 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
 
 def _sync_line(item, status, synced):
     if synced:
-        return "==== trainer: item %s done, synced %d files to %s ====" % (item, len(status["synced"]),
-                                                                         status["sync_dest"])
+        return "==== trainer: item %s done, synced %d files to %s ====" % (
+            item, len(status["synced"]), status["sync_dest"])
     return "==== trainer: item %s FAILED to sync (trained; a relaunch retries only the sync): %s ====" % (
         item, status["sync_error"])
 

@@ -327,7 +327,8 @@ def test_job_status_reports_the_item_states_and_scopes_the_crash_markers(module_
         "==== trainer: item 000 failed, exit 1 ====\n" + item_start("001") + "bash: line 1: python: command not found\n"
         "==== trainer: item 001 failed, exit 127 ====\n" + item_start("002") + "epoch 9/9\n"
         "==== trainer: item 002 FAILED to sync (trained; a relaunch retries only the sync): full ====\n"
-        "==== trainer: queue finished, 3 item(s) failed ====\n==== trainer: finished 2026-07-03T10:09:00Z exit 1 ====\n")
+        "==== trainer: queue finished, 3 item(s) failed ====\n"
+        "==== trainer: finished 2026-07-03T10:09:00Z exit 1 ====\n")
     for status in ({"item": "000", "exit_code": 1, "command_exit_code": 1, "state": "failed"},
                    {"item": "001", "exit_code": 127, "command_exit_code": 127, "state": "failed"},
                    {"item": "002", "exit_code": 1, "command_exit_code": 0, "state": "sync_failed",
