@@ -19,7 +19,9 @@ import subprocess
 import pytest
 
 from conftest import REPO, needs_root, started_fleet
-from test_launch_lab import launch, read_json, runs, src, wait_finished  # noqa: F401  (src is a fixture)
+from test_launch_lab import launch, read_json, runs, wait_finished
+# src is a fixture (the training script and its git repository), used by name
+from test_launch_lab import src  # noqa: F401  # pylint: disable=unused-import
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
