@@ -24,12 +24,14 @@ COLUMNS = (
 )
 
 # Patrol escalates (verdict FAIL, non-zero exit) on every FAIL finding of job_status (job_crashed,
-# job_gone_incomplete, job_missing, oom_killed of a gone job, bytes_high/inodes_exhausted at fail_pct, path_missing)
-# and on these WARN codes: a live job whose log is silent is what the patrol exists to catch.
+# job_gone_incomplete, job_missing, sync_failed, command_not_found, oom_killed of a gone job,
+# bytes_high/inodes_exhausted at fail_pct, path_missing) and on these WARN codes: a live job whose log is silent is
+# what the patrol exists to catch. item_crashed (an earlier item's crash, WARN) is shown, not escalated.
 PATROL_ESCALATE_WARN = ("log_stale",)
-# Order of findings of the same level in a patrol row: a dead job says more than the crash markers in its log.
-PATROL_PRIORITY = ("job_gone_incomplete", "job_missing", "probe_timeout", "interpreter_missing", "probe_failed",
-                   "job_crashed", "oom_killed", "log_stale")
+# Order of findings of the same level in a patrol row: what says why comes first (a command that is not found,
+# trained files that are not durable), then a dead job, which says more than the crash markers in its log.
+PATROL_PRIORITY = ("command_not_found", "sync_failed", "job_gone_incomplete", "job_missing", "probe_timeout",
+                   "interpreter_missing", "probe_failed", "job_crashed", "oom_killed", "log_stale", "item_crashed")
 
 
 def _job_state(job):
@@ -76,6 +78,8 @@ def job_line(job, stale_codes=(), tail_lines=3, width=160):
         words.append("items %d" % done)
     if fleet_table.integer(job.get("items_failed")):
         words.append("(%d failed)" % job["items_failed"])
+    if fleet_table.integer(job.get("items_sync_failed")):
+        words.append("(%d trained, not synced)" % job["items_sync_failed"])
     progress = _progress_text(job.get("progress"))
     if progress:
         words.append(progress)

@@ -25,6 +25,9 @@ On-box layout (one directory per job; ``run_dir`` defaults to ``~/.trainer/jobs`
                              one per finished queue item (for example ``items/007/status.json``), same keys with
                              ``item`` set; ``exit_code`` 0 means done. The job sees this directory as
                              ``$TRAINER_ITEMS_DIR`` (and ``$TRAINER_JOB_DIR``, ``$TRAINER_JOB_NAME``).
+                             ``state`` (:func:`item_state`): ``done``, ``failed``, or ``sync_failed``: the command
+                             succeeded but its files are not durable yet (``exit_code`` 1, ``command_exit_code``
+                             0); a relaunch retries only the sync of such an item, never its command.
 
 Every ``status.json`` is written by :func:`write_status` (atomically: a reader sees the old file or the new one).
 """
@@ -171,8 +174,10 @@ def exit_code_of(data):
 def parse_status(text):
     """A status.json -> dict with item, exit_code, started, finished; None when absent or not JSON."""
     data = _json_dict(text)
-    if data is None:
-        return None
+    return None if data is None else _status_fields(data)
+
+
+def _status_fields(data):
     return {"item": data.get("item"), "exit_code": exit_code_of(data), "started": data.get("started"),
             "finished": data.get("finished")}
 
@@ -187,19 +192,47 @@ def is_done(status):
     return exit_code_of(status) == 0
 
 
+# The states of a finished item (its status.json's ``state``, see item_state).
+STATE_DONE = "done"
+STATE_FAILED = "failed"
+STATE_SYNC_FAILED = "sync_failed"
+
+
+def item_state(status):
+    """``done`` (exit code 0), ``sync_failed`` (the command succeeded, the sync of its files did not: retry only the
+    sync), ``failed`` (anything else), or None without a status."""
+    if status is None:
+        return None
+    if is_done(status):
+        return STATE_DONE
+    if status.get("state") == STATE_SYNC_FAILED and exit_code_of({"exit_code": status.get("command_exit_code")}) == 0:
+        return STATE_SYNC_FAILED
+    return STATE_FAILED
+
+
+def _strings(value):
+    return [str(entry) for entry in value] if isinstance(value, list) else []
+
+
 def item_statuses(items_dir):
-    """Parsed ``items/<item>/status.json`` files, sorted by item directory name."""
+    """Parsed ``items/<item>/status.json`` files, sorted by item directory name: the keys of parse_status plus
+    ``state`` (item_state), ``command_exit_code``, ``sync_error`` and ``unsynced`` (files not durable)."""
     try:
         names = sorted(os.listdir(items_dir))
     except OSError:
         return []
     found = []
     for name in names:
-        status = parse_status(read_text(item_status_path(items_dir, name)))
-        if status is not None:
-            if status["item"] is None:
-                status["item"] = name
-            found.append(status)
+        data = _json_dict(read_text(item_status_path(items_dir, name)))
+        if data is None:
+            continue
+        status = _status_fields(data)
+        if status["item"] is None:
+            status["item"] = name
+        status.update(state=item_state(data), sync_error=data.get("sync_error"),
+                      unsynced=_strings(data.get("unsynced")),
+                      command_exit_code=exit_code_of({"exit_code": data.get("command_exit_code")}))
+        found.append(status)
     return found
 
 

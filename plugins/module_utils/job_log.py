@@ -5,7 +5,9 @@
 """What a job's log says: start markers, crash markers, progress and the tail, in one pass over the file.
 
 Each start appends ``==== trainer: started <iso time> pid <pid> ====`` to the log (the wrapper of
-job_wrapper.py); crash markers and progress are read from the lines after the latest such marker only.
+job_wrapper.py); crash markers and progress are read from the lines after the latest such marker only, and crash
+markers from the lines after the latest ``==== trainer: item <id> started ...`` (the run wrapper's, one per queue
+item): an earlier item's crash is reported apart, with its id.
 :func:`scan_log` is pure (text in, data out); :func:`scan_log_file` reads a log under fixed bounds: regular files
 only (opened without blocking, so a FIFO or ``/dev/zero`` is refused, never read), the last
 :data:`MAX_SCAN_BYTES` at most, lines cut at :data:`MAX_LINE_CHARS`, and the whole scan in a child process that
@@ -47,6 +49,15 @@ CRASH_HINTS = ("Traceback (most recent call last)", "CUDA out of memory", "OutOf
                "Segmentation fault", "(core dumped)")
 START_HINT = "==== trainer: started "
 KILLED_RE = re.compile(dict(CRASH_SOURCES)["killed"], re.M)
+# The run wrapper's first line for a queue item (launch_scripts.py): crash markers belong to the item they follow.
+ITEM_HINT = "==== trainer: item "
+ITEM_START_RE = re.compile(r"==== trainer: item (?P<item>\S+) started (?P<time>\S+): ")
+MARKER_PREFIX = "==== trainer: "
+# bash on a command it cannot find (exit 127): "bash: line 1: python: command not found", or for a missing path
+# "<script>: line 9: /opt/conda/bin/python: No such file or directory".
+NOT_FOUND_HINTS = (": command not found", ": No such file or directory")
+NOT_FOUND_RE = re.compile(r"^(?:[^ \t:]+: )?(?:line \d+: )?(?P<command>[^\s:]+): "
+                          r"(?:command not found|No such file or directory)[ \t]*$")
 
 DEFAULT_PROGRESS_RE = (r"(?i)\b(?P<unit>epoch|step)\b[ \t]*[=:]?[ \t]*[\[(]?[ \t]*(?P<value>\d+)"
                        r"(?:[ \t]*/[ \t]*(?P<total>\d+))?")
@@ -113,10 +124,10 @@ def _line_bounds(block, pos):
     return start, (len(block) if end < 0 else end)
 
 
-def _hint_lines(block, body):
-    """Start offsets (sorted) of the lines at or after ``body`` that contain a crash hint."""
+def _hint_lines(block, body, hints=CRASH_HINTS):
+    """Start offsets (sorted) of the lines at or after ``body`` that contain one of ``hints``."""
     found = set()
-    for hint in CRASH_HINTS:
+    for hint in hints:
         pos = block.find(hint, body)
         while pos >= 0:
             start, end = _line_bounds(block, pos)
@@ -158,49 +169,89 @@ def _last_progress(block, body, regex, window=1 << 16):
     return None, None
 
 
+def is_marker(line):
+    """A line the wrappers write themselves (``==== trainer: ... ====``), not the job's output; the tail skips it."""
+    return line.startswith(MARKER_PREFIX) and line.rstrip().endswith(" ====")
+
+
 def _last_lines(block, count):
+    """The last ``count`` lines of a block that are not wrapper markers."""
     lines = []
     end = len(block) - 1 if block.endswith("\n") else len(block)
     while count > len(lines) and end >= 0:
         start = block.rfind("\n", 0, end) + 1
-        lines.append(block[start:end])
+        if not is_marker(block[start:end]):
+            lines.append(block[start:end])
         end = start - 1
     lines.reverse()
     return lines
 
 
+def not_found_command(line):
+    """The command named by bash's "command not found" (or "No such file or directory") message, or None."""
+    match = NOT_FOUND_RE.match(line)
+    return match.group("command") if match else None
+
+
+def _event_lines(block, body):
+    """{line start: ``item`` (an item's marker) or ``hint`` (a crash or not-found hint)} at or after ``body``."""
+    events = dict((start, "hint") for start in _hint_lines(block, body, CRASH_HINTS + NOT_FOUND_HINTS))
+    for start in _hint_lines(block, body, (ITEM_HINT,)):
+        if block.startswith(ITEM_HINT, start):
+            events[start] = "item"
+    return events
+
+
+def _close_item(state):
+    """The current item's crash markers become an earlier item's crash (reported once, with its id)."""
+    if state["crash_markers"] and len(state["earlier_crashes"]) < MAX_MARKERS:
+        state["earlier_crashes"].append({"item": state["current_item"], "crash_marker_count":
+                                         state["crash_marker_count"], "first": state["crash_markers"][0]})
+    state.update(crash_markers=[], crash_marker_count=0)
+
+
 def scan_log(blocks, progress_regex, tail_lines=20):
     """One pass over a log, given as text blocks that end at line ends (read_blocks, or a list of lines).
 
-    Only text after the latest start marker counts for crash markers and progress. Crash markers are looked
-    for on the lines that contain a literal hint, and progress by searching lines backwards from the end of each
-    block, which keeps a patrol of a large log fast. Returns dict(starts, last_start, last_start_line,
-    crash_markers, crash_marker_count, progress, tail, lines); ``line_no`` values are 1-based in the whole file.
+    Only text after the latest start marker counts for crash markers and progress, and crash markers only after
+    the latest item start marker (``==== trainer: item <id> started ...``): those of an earlier item are moved to
+    ``earlier_crashes`` (one entry per item: its id, count and first marker), never reported as the current state.
+    Crash markers are looked for on the lines that contain a literal hint, and progress by searching lines
+    backwards from the end of each block, which keeps a patrol of a large log fast. The tail leaves out the
+    wrappers' own ``==== trainer: ... ====`` lines, so it ends with the job's own last words. Returns dict(starts,
+    last_start, last_start_line, current_item, current_item_line, crash_markers, crash_marker_count,
+    earlier_crashes, not_found, progress, tail, lines); ``line_no`` values are 1-based in the whole file;
+    ``not_found`` lists bash's "command not found" lines since the latest start ({item, command, line_no, text}).
     """
     tail = collections.deque(maxlen=max(tail_lines, 0))
-    state = {"starts": 0, "last_start": None, "last_start_line": None, "crash_markers": [],
-             "crash_marker_count": 0, "progress": None, "lines": 0}
+    state = {"starts": 0, "last_start": None, "last_start_line": None, "current_item": None,
+             "current_item_line": None, "crash_markers": [], "crash_marker_count": 0, "earlier_crashes": [],
+             "not_found": [], "progress": None, "lines": 0}
     before = 0  # lines in the blocks already read
     for block in blocks:
         body = 0
         last = _last_start(block)
         if last is not None:
             state.update(starts=state["starts"] + block.count(START_HINT), last_start=last.group("time"),
-                         last_start_line=before + block.count("\n", 0, last.start()) + 1,
-                         crash_markers=[], crash_marker_count=0, progress=None)
+                         last_start_line=before + block.count("\n", 0, last.start()) + 1, current_item=None,
+                         current_item_line=None, crash_markers=[], crash_marker_count=0, earlier_crashes=[],
+                         not_found=[], progress=None)
             body = last.end()
         pos, line_no = 0, before + 1
-        for start in _hint_lines(block, body):
+        events = _event_lines(block, body)
+        for start in sorted(events):
             line_no += block.count("\n", pos, start)
             pos = start
             line = block[start:_line_bounds(block, start)[1]]
-            match = CRASH_RE.search(line)
-            if match is None:
+            if events[start] == "item":
+                match = ITEM_START_RE.match(line)
+                if match:
+                    _close_item(state)
+                    state.update(current_item=match.group("item"), current_item_line=line_no)
                 continue
-            state["crash_marker_count"] += 1
-            if len(state["crash_markers"]) < MAX_MARKERS:
-                state["crash_markers"].append({"line_no": line_no, "kind": match.lastgroup,
-                                               "text": line[:MAX_MARKER_TEXT]})
+            if is_marker(line):
+                continue
+            _note_line(state, line, line_no)
         match, start = _last_progress(block, body, progress_regex)
         if match is not None:
             state["progress"] = _reading(match, before + block.count("\n", 0, start) + 1)
@@ -210,6 +261,22 @@ def scan_log(blocks, progress_regex, tail_lines=20):
     state["lines"] = before
     state["tail"] = list(tail)
     return state
+
+
+def _note_line(state, line, line_no):
+    """Record a crash marker or a "command not found" line."""
+    command = not_found_command(line)
+    if command is not None:
+        if len(state["not_found"]) < MAX_MARKERS:
+            state["not_found"].append({"item": state["current_item"], "command": command, "line_no": line_no,
+                                       "text": line[:MAX_MARKER_TEXT]})
+        return
+    match = CRASH_RE.search(line)
+    if match is None:
+        return
+    state["crash_marker_count"] += 1
+    if len(state["crash_markers"]) < MAX_MARKERS:
+        state["crash_markers"].append({"line_no": line_no, "kind": match.lastgroup, "text": line[:MAX_MARKER_TEXT]})
 
 
 def open_log(path, inside=None):

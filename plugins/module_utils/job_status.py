@@ -104,12 +104,15 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "detach": meta.get("detach"),
         "items_done": sum(1 for item in items if item["exit_code"] == 0),
         "items_failed": sum(1 for item in items if item["exit_code"] not in (0, None)),
+        "items_sync_failed": sum(1 for item in items if item["state"] == job_layout.STATE_SYNC_FAILED),
         "items_total": spec["queue_length"],
         "last_exit_code": last_exit,
         "final_status": final,
         "progress": scan["progress"],
         "crash_markers": scan["crash_markers"],
         "crash_marker_count": scan["crash_marker_count"],
+        "current_item": scan["current_item"],
+        "earlier_crashes": scan["earlier_crashes"],
         "last_start": scan["last_start"],
         "log_path": log_path,
         "log_exists": mtime is not None,
@@ -124,4 +127,50 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta,
                                                       launched if isinstance(launched, (int, float)) else None,
                                                       boot_epoch)
+    findings.extend(item_findings(job, items, scan["not_found"]))
     return job, findings
+
+
+def item_findings(job, items, not_found):
+    """The findings of the items' own states (pure): ``sync_failed`` (FAIL) for each item that trained but whose
+    files are not durable, ``command_not_found`` (FAIL) when the job or an item exited 127, naming the command from
+    bash's message in ``not_found`` (job_log.scan_log), ``item_crashed`` (WARN) for the crash markers of earlier
+    items (job["earlier_crashes"]): reported once, with their ids, never as the current state (job_crashed)."""
+    name, found = job["name"], []
+    for item in items:
+        if item["state"] != job_layout.STATE_SYNC_FAILED:
+            continue
+        files = ", ".join(item["unsynced"]) or "none selected"
+        found.append(finding(
+            "FAIL", "sync_failed",
+            "%s: item %s trained (its command exited 0) but its files are not durable: %s. Reason: %s" % (
+                name, item["item"], files, item["sync_error"] or "unknown"),
+            "Fix the cause on the durable tier (free inodes or space there), then relaunch: only the sync is "
+            "retried, the trained files are kept. Do not delete the item's output directory or tear the box "
+            "down before that.", job=name, item=item["item"], files=item["unsynced"]))
+    failed = [item["item"] for item in items if 127 in (item["exit_code"], item["command_exit_code"])]
+    if failed or job["last_exit_code"] == 127 and not items:
+        commands = []
+        for entry in not_found:
+            if (entry["item"] in failed or not failed) and entry["command"] not in commands:
+                commands.append(entry["command"])
+        first = next((entry for entry in not_found if entry["command"] in commands), None)
+        what = ("%s (%s, line %d)" % (", ".join(commands), first["text"], first["line_no"]) if commands
+                else "no \"command not found\" line in the log since the latest start; see its tail")
+        found.append(finding(
+            "FAIL", "command_not_found",
+            "%s: %s exited 127, command not found: %s" % (
+                name, "item(s) %s" % ", ".join(failed) if failed else "the job", what),
+            "The job's shell (non-login: no ~/.bashrc, so no conda on PATH) cannot find it: give the full path, such "
+            "as the profile's trainer_interpreter, or activate the environment in the command, then relaunch.",
+            job=name, commands=commands))
+    for crash in job["earlier_crashes"]:
+        first = crash["first"]
+        found.append(finding(
+            "WARN", "item_crashed",
+            "%s: earlier item %s left %d crash marker(s), first at line %d: %s (the queue went on)" % (
+                name, crash["item"] or "(before the first item)", crash["crash_marker_count"], first["line_no"],
+                first["text"]),
+            "Read the log around line %d; its status says whether the item failed. A relaunch reruns failed "
+            "items." % first["line_no"], job=name, item=crash["item"]))
+    return found

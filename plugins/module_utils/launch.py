@@ -12,6 +12,7 @@ wrapper calls with the profile's interpreter::
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch done STATUS_FILE
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch pending ITEMS_DIR ID...
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch finish --item ID --exit-code N ...
+    PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch resync STATUS_FILE
 
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
@@ -21,9 +22,14 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
     main.pid                  PID of the running item's command (the sampler reads its RSS)
     samples.tsv               the sampler's readings, when launch_sampler is on
     items/<id>/status.json    {"item", "exit_code", "started", "finished", "arg", "host", "command_exit_code",
-                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code"}, written by
-                               job_layout.write_status: first a provisional one (the item failed, "sync_error" says
-                               the finish step did not complete), replaced by the final one
+                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code", "state", "best",
+                               "scratch", "unsynced"}, written by job_layout.write_status: first a provisional one
+                               (the item failed, "sync_error" says the finish step did not complete), replaced by
+                               the final one. "state" (job_layout.item_state) is "done", "failed", or "sync_failed":
+                               the command succeeded (also in a provisional status) but "unsynced" files are not
+                               durable; the run wrapper then retries only the sync ("resync"), never the command
+    <output_dir>/trainer-item.log
+                              the item's part of the job log, synced with its best files
 """
 
 from __future__ import annotations
@@ -35,11 +41,12 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing, write_atomic
 
 
 def item_width(total):
@@ -151,49 +158,184 @@ def prune(output_dir, patterns, keep):
     return removed
 
 
+ITEM_LOG = "trainer-item.log"  # the item's part of the job log, written into its output directory and synced
+ITEM_START = "==== trainer: item %s started "  # the run wrapper's first line for an item (launch_scripts.py)
+JOB_START = "==== trainer: started "  # the job wrapper's first line (job_wrapper.py)
+LOG_CHUNK = 1 << 20
+
+
+def job_log_path(status_file):
+    """The job's log, from an item's ``<job dir>/items/<id>/status.json``: the one job.meta.json records (when it is
+    trusted), else ``<job dir>/job.log``."""
+    job_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(status_file))))
+    paths = job_layout.job_paths(os.path.dirname(job_dir), os.path.basename(job_dir))
+    meta, problem = job_layout.trusted_meta(paths)
+    recorded = meta.get("log_path") if not problem else None
+    return recorded if isinstance(recorded, str) and os.path.isabs(recorded) else paths["log_path"]
+
+
+def _item_start_offset(handle, size, marker):
+    """Offset of the last line that starts with ``marker`` (bytes) in an open log of ``size`` bytes, or None."""
+    end = size
+    while end > 0:
+        start = max(0, end - LOG_CHUNK)
+        handle.seek(start)
+        data = handle.read(end + len(marker) - start)
+        pos = data.rfind(marker)
+        while pos >= 0:
+            if start + pos == 0 or (pos > 0 and data[pos - 1:pos] == b"\n"):
+                return start + pos
+            if pos == 0:  # the byte before lies in the previous chunk
+                handle.seek(start - 1)
+                if handle.read(1) == b"\n":
+                    return start
+            pos = data.rfind(marker, 0, pos)
+        end = start
+    return None
+
+
+def write_item_log(log_path, item, dest):
+    """Copy the item's part of the job log (from its last start line to the next start of an item or of the job)
+    to ``dest`` (atomically) -> True, or False when the log, the item's start line or room for the copy is not
+    there (the copy is a record, never a reason to fail the item)."""
+    try:
+        if not stat.S_ISREG(os.stat(log_path).st_mode):
+            return False
+        with open(log_path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            offset = _item_start_offset(handle, size, (ITEM_START % item).encode("utf-8"))
+            if offset is None:
+                return False
+            handle.seek(offset)
+            with replacing(dest, mode=0o644) as staged:
+                _copy_item_lines(handle, size - offset, staged.file)
+    except OSError:
+        return False
+    return True
+
+
+def _copy_item_lines(handle, left, out):
+    """Copy at most ``left`` bytes of lines from ``handle``, up to the next start line of an item or of the job."""
+    job_start, item_line = JOB_START.encode("utf-8"), b"==== trainer: item "
+    first = True
+    while left > 0:
+        line = handle.readline(min(LOG_CHUNK, left))
+        if not line:
+            return
+        if not first and (line.startswith(job_start) or (line.startswith(item_line) and b" started " in line)):
+            return
+        out.write(line)
+        first, left = False, left - len(line)
+
+
+def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
+    """Sync the files matching ``best`` (and the item's log, ITEM_LOG, when it is there) from ``output_dir`` to
+    ``sync_dest``, verified; prune ``scratch`` only after that. Updates ``status`` (exit_code, state, synced,
+    unsynced, sync_error, pruned) -> True when every file is durable."""
+    sync = sync or sync_core.sync
+    include = list(best) + ([ITEM_LOG] if os.path.isfile(os.path.join(output_dir, ITEM_LOG)) else [])
+    params = {"src": output_dir, "dest": sync_dest, "include": include, "min_free_inodes": 0, "reserve_bytes": 0}
+    chosen = _matching(output_dir, best)
+    if chosen:
+        failed, result = sync(sync_core.Params(params))
+    else:  # only the log would be copied: the item left no file to keep
+        failed, result = True, {"msg": "checked_sync failed: no file under %s matches include %s; nothing was "
+                                       "copied" % (output_dir, list(best)), "files": []}
+    if failed:
+        durable = set(entry.get("path") for entry in result.get("copied") or []) | set(result.get("unchanged") or [])
+        wanted = [entry["path"] for entry in result.get("files") or []] or (
+            _matching(output_dir, include) if chosen else [])
+        status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, sync_error=result["msg"],
+                      synced=list(result.get("copied") or []), unsynced=[rel for rel in wanted if rel not in durable])
+        return False
+    status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, synced=result["files"], unsynced=[])
+    keep = set(entry["path"].split("/")[0] for entry in result["files"])
+    status["pruned"] = prune(output_dir, scratch, keep)
+    return True
+
+
+def _matching(root, patterns):
+    """The files under ``root`` (relative, ``/``-separated, sorted) whose paths match one of ``patterns``."""
+    found = []
+    for current, dirs, names in os.walk(root):
+        dirs.sort()
+        rel_dir = os.path.relpath(current, root)
+        found += [_rel(rel_dir, name) for name in names
+                  if any(fnmatch.fnmatchcase(_rel(rel_dir, name), pattern) for pattern in patterns)]
+    return sorted(found)
+
+
 def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), scratch=(), arg=None, code=None,
-                host=None, sync=None):
+                host=None, sync=None, log_path=None):
     """What the run wrapper records when an item's command has ended -> (status dict, line to print).
 
-    On exit code 0 with ``sync_dest`` and ``best`` patterns: the files under ``output_dir`` that match ``best``
-    (relative paths, fnmatch, ``*`` also matches ``/``) are copied to ``sync_dest`` with the checked_sync core,
-    verified; only then are the ``scratch`` entries of ``output_dir`` pruned (never a synced file) and the success
-    line returned. A failed sync (including one that selects no file) makes ``exit_code`` 1 and sets
-    ``sync_error``; ``command_exit_code`` keeps the command's own code. ``sync`` is the sync function (tests).
+    On exit code 0 with ``sync_dest`` and ``best`` patterns: the item's part of ``log_path`` is written to
+    ``<output_dir>/trainer-item.log``; the files under ``output_dir`` that match ``best`` (relative paths, fnmatch,
+    ``*`` also matches ``/``) and that log are copied to ``sync_dest`` with the checked_sync core, verified; only
+    then are the ``scratch`` entries of ``output_dir`` pruned (never a synced file) and the success line returned.
+    A failed sync (including one where ``best`` selects no file) gives the state ``sync_failed``: ``exit_code`` 1,
+    ``command_exit_code`` 0, ``sync_error`` the reason and ``unsynced`` the files that are not durable; a relaunch
+    then retries only the sync (:func:`resync_item`). ``sync`` is the sync function (tests).
     """
-    sync = sync or sync_core.sync
-    status = provisional_status(item, exit_code, started, output_dir, arg=arg, code=code, host=host)
-    status["exit_code"] = exit_code
-    status["sync_error"] = None
+    status = provisional_status(item, exit_code, started, output_dir, arg=arg, code=code, host=host,
+                                sync_dest=sync_dest, best=best, scratch=scratch)
+    status.update(exit_code=exit_code, sync_error=None, sync_dest=None,
+                  state=job_layout.STATE_DONE if exit_code == 0 else job_layout.STATE_FAILED)
     if exit_code != 0:
         line = "==== trainer: item %s failed, exit %d ====" % (item, exit_code)
     elif not sync_dest or not best:
         line = "==== trainer: item %s done, nothing to sync ====" % item
     else:
         status["sync_dest"] = sync_dest
-        params = {"src": output_dir, "dest": sync_dest, "include": list(best), "min_free_inodes": 0,
-                  "reserve_bytes": 0}
-        failed, result = sync(sync_core.Params(params))
-        if failed:
-            status["exit_code"] = 1
-            status["sync_error"] = result["msg"]
-            line = "==== trainer: item %s FAILED to sync: %s ====" % (item, result["msg"])
-        else:
-            status["synced"] = result["files"]
-            keep = set(entry["path"].split("/")[0] for entry in result["files"])
-            status["pruned"] = prune(output_dir, scratch, keep)
-            line = "==== trainer: item %s done, synced %d files to %s ====" % (item, len(result["files"]), sync_dest)
+        if log_path:
+            write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
+        line = _sync_line(item, status, sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync))
     status["finished"] = job_layout.now_iso()
     return status, line
 
 
-def provisional_status(item, exit_code, started, output_dir, arg=None, code=None, host=None):
+def _sync_line(item, status, synced):
+    if synced:
+        return "==== trainer: item %s done, synced %d files to %s ====" % (
+            item, len(status["synced"]), status["sync_dest"])
+    return "==== trainer: item %s FAILED to sync (trained; a relaunch retries only the sync): %s ====" % (
+        item, status["sync_error"])
+
+
+def provisional_status(item, exit_code, started, output_dir, arg=None, code=None, host=None, sync_dest=None,
+                       best=(), scratch=()):
     """The status written before the finish step does anything that can fail: the item failed (exit code 1 when
-    the command succeeded), and ``sync_error`` says the finish step did not complete. Replaced at its end."""
+    the command succeeded, in the state ``sync_failed``, so that a relaunch retries only the finish step), and
+    ``sync_error`` says the finish step did not complete. Replaced at its end."""
     return job_layout.status_record(
         exit_code if exit_code != 0 else 1, started, item=item, command_exit_code=exit_code, arg=arg, host=host,
-        output_dir=output_dir, sync_dest=None, synced=[], sync_error="the finish step did not complete; see the log",
-        pruned=[], code=code)
+        output_dir=output_dir, sync_dest=sync_dest or None, synced=[], sync_error="the finish step did not complete; "
+        "see the log", pruned=[], code=code, best=list(best or ()), scratch=list(scratch or ()), unsynced=[],
+        state=job_layout.STATE_SYNC_FAILED if exit_code == 0 else job_layout.STATE_FAILED)
+
+
+def resync_item(status_file, sync=None):
+    """Retry only the sync of an item whose status says ``sync_failed`` (its command succeeded): with the output
+    directory, destination and patterns recorded there; the trained files are never touched except by the scratch
+    prune after a verified sync -> (new status, line), or (None, None) when the item is not in that state."""
+    record = job_layout.read_record(status_file)
+    if job_layout.item_state(record) != job_layout.STATE_SYNC_FAILED:
+        return None, None
+    status = dict(record)
+    status["sync_attempts"] = (record.get("sync_attempts") if isinstance(record.get("sync_attempts"), int) else 1) + 1
+    item, output_dir, sync_dest = record.get("item"), record.get("output_dir"), record.get("sync_dest")
+    best, scratch = _strings(record.get("best")), _strings(record.get("scratch"))
+    if not sync_dest or not best:
+        status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, unsynced=[])
+        return status, "==== trainer: item %s done, nothing to sync ====" % item
+    if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
+        write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
+    synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync)
+    return status, _sync_line(item, status, synced)
+
+
+def _strings(value):
+    return [entry for entry in value if isinstance(entry, str)] if isinstance(value, list) else []
 
 
 def cli(argv=None):
@@ -220,6 +362,10 @@ def cli(argv=None):
     p_finish.add_argument("--scratch", action="append", default=[])
     p_finish.add_argument("--code", default="")
     p_finish.add_argument("--host", default=None)
+    p_resync = sub.add_parser("resync", help="retry only the sync of an item that trained but failed to sync; "
+                                             "exit 0 when it is now done, 1 when it still fails, 3 when the item is "
+                                             "not in that state (run its command)")
+    p_resync.add_argument("status")
     args = parser.parse_args(argv)
 
     if args.cmd == "code":
@@ -240,17 +386,40 @@ def cli(argv=None):
     if args.cmd == "finish":
         code = job_layout.read_record(args.code) if args.code else None
         host = args.host or socket.gethostname()
-        job_layout.write_status(args.status, provisional_status(args.item, args.exit_code, args.started,
-                                                                args.output_dir, arg=args.arg, code=code, host=host))
+        job_layout.write_status(args.status, provisional_status(
+            args.item, args.exit_code, args.started, args.output_dir, arg=args.arg, code=code, host=host,
+            sync_dest=args.sync_dest, best=args.best if args.sync_dest else (), scratch=args.scratch))
         status, line = finish_item(args.item, args.exit_code, args.started, args.output_dir,
                                    sync_dest=args.sync_dest or None, best=args.best, scratch=args.scratch,
-                                   arg=args.arg, code=code, host=host)
+                                   arg=args.arg, code=code, host=host, log_path=job_log_path(args.status))
         job_layout.write_status(args.status, status)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         return 0 if status["exit_code"] == 0 else (status["exit_code"] if 0 < status["exit_code"] < 256 else 1)
+    if args.cmd == "resync":
+        return resync_cli(args.status)
     parser.print_usage(sys.stderr)
     return 2
+
+
+def resync_cli(status_file):
+    """The run wrapper's first step for an item: retry only the sync when the item trained but failed to sync."""
+    record = job_layout.read_record(status_file)
+    if job_layout.item_state(record) != job_layout.STATE_SYNC_FAILED:
+        return 3
+    sys.stdout.write("==== trainer: item %s trained (finished %s): its command is not run again, only its sync is "
+                     "retried ====\n" % (record.get("item"), record.get("finished")))
+    sys.stdout.flush()
+    try:
+        status, line = resync_item(status_file)
+        job_layout.write_status(status_file, status)
+    except OSError as exc:
+        line = "==== trainer: retrying the sync of %s failed: %s; the item stays trained, not durable ====" % (
+            status_file, exc)
+        status = None
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return 0 if job_layout.is_done(status) else 1
 
 
 if __name__ == "__main__":

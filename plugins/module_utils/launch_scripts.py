@@ -125,6 +125,9 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
         "now() { date -u +%Y-%m-%dT%H:%M:%SZ; }",
     ] + job_env_lines(env_prefix, conda_activate, threads) + [
         "",
+        "# An item that trained but failed to sync retries only its sync (launch resync), never its command.",
+        'PYTHONPATH="$LIB" "$PY" -m %s resync "$STATUS" && exit 0' % LAUNCH_CLI,
+        'grep -qs \'"state": "sync_failed"\' "$STATUS" && exit 1',
         'mkdir -p "$ITEM_DIR" "$OUT" || { echo "==== trainer: item $ID cannot create $ITEM_DIR or $OUT ===="; '
         'exit 1; }',
         'rm -f "$STATUS"',

@@ -25,9 +25,18 @@ description:
     written by the run wrapper as C({"item": "007", "exit_code": 0, "started": "<iso>", "finished": "<iso>"}).
     An item is done when its C(exit_code) is 0. The job's own final status is C(<run_dir>/<name>/status.json).
   - >-
+    An item whose command succeeded but whose files did not reach the durable tier has the state C(sync_failed)
+    (C(exit_code) 1, C(command_exit_code) 0, C(unsynced) the files, C(sync_error) the reason): a C(sync_failed)
+    finding (FAIL) names them. A relaunch retries only its sync, never its command.
+  - >-
     Crash markers are whole words or lines (a C(Traceback), C(CUDA out of memory), C(CUDA error), a bare
     C(Killed) line or a shell's C(<pid> Killed) message, NCCL errors and warnings, segmentation faults), counted
-    only after the latest C(==== trainer: started ... ====) line. A metric named C(val_error) is not a crash.
+    only after the latest C(==== trainer: started ... ====) line, and only for the current queue item (after the
+    latest C(==== trainer: item <id> started ...) line). An earlier item's crash markers give one C(item_crashed)
+    WARN with its id, never C(job_crashed). A metric named C(val_error) is not a crash.
+  - >-
+    Exit code 127 (of the job or of an item) gives C(command_not_found) (FAIL), naming the command from bash's
+    C(command not found) line. The returned C(tail) leaves out the wrappers' own C(==== trainer: ... ====) lines.
   - Also reports bytes and inodes of O(paths), GPU utilisation and memory (one C(nvidia-smi) call under a
     timeout, with O(gpu)), and the cgroup's OOM kill counter.
   - Read-only. It never changes anything on the host.
@@ -168,11 +177,14 @@ jobs:
       pid: null
       items_done: 17
       items_failed: 1
+      items_sync_failed: 0
       items_total: 24
       last_exit_code: null
       progress: {text: "Epoch 3/20", unit: epoch, value: 3, total: 20, line_no: 5120}
       crash_markers: [{line_no: 5133, kind: traceback, text: "Traceback (most recent call last):"}]
       crash_marker_count: 1
+      current_item: "018"
+      earlier_crashes: [{item: "011", crash_marker_count: 1, first: {line_no: 2210, kind: cuda_oom, text: "..."}}]
       last_start: "2026-07-03T22:11:09Z"
       log_path: /root/autodl-tmp/jobs/ablations/job.log
       log_age_seconds: 2710
@@ -210,6 +222,14 @@ findings:
       job: ablations
       message: "ablations is not running at 17/24 items (no final status, likely cause: unknown)"
       action: Read the tail of the log, classify the failure, then restart the remaining items.
+    - level: FAIL
+      code: sync_failed
+      job: ablations
+      item: "016"
+      files: [best.pt, trainer-item.log]
+      message: "ablations: item 016 trained (its command exited 0) but its files are not durable: best.pt,
+        trainer-item.log. Reason: checked_sync failed: not enough room to copy 2 file(s) into ... inodes ..."
+      action: Fix the cause on the durable tier (free inodes or space there), then relaunch; only the sync is retried.
     - level: WARN
       code: job_meta_untrusted
       job: ablations

@@ -129,17 +129,22 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
             if item == "003":
                 assert status["exit_code"] == 3 and status["synced"] == []
                 continue
-            assert status["exit_code"] == 0 and status["sync_error"] is None
+            assert status["exit_code"] == 0 and status["sync_error"] is None and status["state"] == "done"
             best = b"best-a%d" % int(item)
-            assert status["synced"] == [{"path": "best.pt", "bytes": len(best),
-                                         "sha256": hashlib.sha256(best).hexdigest()}]
+            # the best files, and the item's part of the job log beside them
+            assert [entry["path"] for entry in status["synced"]] == ["best.pt", "trainer-item.log"]
+            assert status["synced"][0] == {"path": "best.pt", "bytes": len(best),
+                                           "sha256": hashlib.sha256(best).hexdigest()}
             durable = "/root/autodl-fs/runs/train/%s/best.pt" % item
             assert fleet.ssh(host, "sha256sum %s" % durable).stdout.split()[0] == hashlib.sha256(best).hexdigest()
+            item_log = fleet.ssh(host, "cat /root/autodl-fs/runs/train/%s/trainer-item.log" % item).stdout
+            assert item_log.startswith("==== trainer: item %s started " % item) and "epoch 1/" in item_log
+            assert "==== trainer: item" not in item_log.split("\n", 1)[1]  # no other item's lines
             assert status["pruned"] == ["latest.pt"]
         log = fleet.ssh(host, "cat ~/.trainer/jobs/train/job.log").stdout
         for item in mine:
             if item != "003":
-                assert "==== trainer: item %s done, synced 1 files to /root/autodl-fs/runs/train/%s ====" % (
+                assert "==== trainer: item %s done, synced 2 files to /root/autodl-fs/runs/train/%s ====" % (
                     item, item) in log
         samples = fleet.ssh(host, "cat ~/.trainer/jobs/train/samples.tsv").stdout.splitlines()
         assert samples[0].split("\t") == ["time", "item", "cgroup_memory_bytes", "main_pid", "main_rss_kib",
