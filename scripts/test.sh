@@ -65,10 +65,11 @@ if [[ $# -gt 0 ]]; then
   exit 0
 fi
 start=$(date +%s)
-run_lint
-run_sanity
-run_changelog
-run_pytest
-run_molecule
+times=()
+for s in lint sanity changelog pytest molecule; do
+  t=$(date +%s)
+  "run_$s"
+  times+=("$s $(( $(date +%s) - t )) s")
+done
 echo
-echo "make test: all stages passed in $(( $(date +%s) - start )) s"
+echo "make test: all stages passed in $(( $(date +%s) - start )) s ($(IFS=,; echo "${times[*]}" | sed 's/,/, /g'))"
