@@ -62,3 +62,16 @@ def pytest_runtest_setup(item):
     """A test marked ``root`` (chown to another user, mounts) is skipped with a reason when not run as root."""
     if item.get_closest_marker("root") and not is_root():
         pytest.skip("needs root (marked root): it changes file owners or mounts filesystems")
+
+
+@pytest.fixture
+def out(tmp_path):
+    """A queue item's output directory (``out/000``) as training leaves it: ``best.pt`` (kept and synced),
+    ``latest.pt`` (scratch) and a directory ``tmpdir`` holding one file."""
+    root = tmp_path / "out" / "000"
+    root.mkdir(parents=True)
+    (root / "best.pt").write_bytes(b"B" * 100)
+    (root / "latest.pt").write_bytes(b"L" * 50)
+    (root / "tmpdir").mkdir()
+    (root / "tmpdir" / "x").write_bytes(b"x")
+    return root

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -23,6 +24,25 @@ FLEET = os.path.join(LAB, "fleet")
 REPO = os.path.dirname(os.path.dirname(LAB))
 VENV_BIN = os.path.dirname(sys.executable)
 DEFAULT_NET = "127.0.0"
+
+
+def fill_inodes(mount, limit):
+    """Create empty files under ``mount``/filler-inodes until the FS has no free inode left (ENOSPC; ``limit`` is
+    the FS's inode cap) -> that directory (None when not even it could be made); remove it to free them."""
+    directory = os.path.join(mount, "filler-inodes")
+    try:
+        os.mkdir(directory)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+        return None
+    for index in range(limit + 1):
+        try:
+            os.close(os.open(os.path.join(directory, "f%03d" % index), os.O_CREAT | os.O_WRONLY, 0o644))
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+            break
+    assert os.statvfs(mount).f_ffree == 0
+    return directory
 
 
 def listening(addr, port=22):

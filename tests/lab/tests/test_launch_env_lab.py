@@ -11,18 +11,15 @@ simulates it (SIGKILL to the job, ``tmux kill-server``) and runs the hook as the
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import time
 
 import pytest
 
-from conftest import REPO, needs_root, started_fleet
+from conftest import needs_root, started_fleet
+from test_launch_lab import launch, read_json, wait_finished
 
 pytestmark = needs_root
-VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
 TRAIN_PY = r"""
 import os
@@ -69,37 +66,9 @@ def fleet(lab_free, tmp_path_factory):
         yield lab
 
 
-def launch(fleet, src, *args, extra=None):
-    variables = {"launch_src": str(src)}
-    variables.update(extra or {})
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
-                           os.path.join(REPO, "playbooks", "launch.yml"), "-e", json.dumps(variables), *args],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return proc
-
-
 def changed(proc, host):
     line = re.search(r"^%s\s+:.*\bchanged=(\d+)" % re.escape(host), proc.stdout, re.M)
     return int(line.group(1))
-
-
-def read_json(fleet, host, path):
-    out = fleet.ssh(host, "cat %s 2>/dev/null || true" % path).stdout
-    return json.loads(out) if out.strip() else None
-
-
-def wait_finished(fleet, host, name, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = read_json(fleet, host, "~/.trainer/jobs/%s/status.json" % name)
-        if status is not None:
-            return status
-        time.sleep(0.5)
-    raise AssertionError("%s: job %s did not finish within %d s:\n%s" % (
-        host, name, timeout, fleet.ssh(host, "tail -30 ~/.trainer/jobs/%s/job.log" % name, check=False).stdout))
 
 
 def give_image_environment(fleet, host):

@@ -9,7 +9,6 @@ it, with the item's log synced beside best.pt.
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -19,6 +18,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, needs_root, started_fleet
+from lab_teardown_support import fill_inodes
 from test_launch_lab import launch, read_json, runs, wait_finished
 # src is a fixture (the training script and its git repository), used by name
 from test_launch_lab import src  # noqa: F401  # pylint: disable=unused-import
@@ -44,19 +44,6 @@ def durable_mount(fleet):
     return os.path.join(fleet.state, "regions", "%s-%s" % (hv["lab_platform"], hv["lab_region"]))
 
 
-def fill_inodes(mount):
-    directory = os.path.join(mount, "filler-inodes")
-    os.mkdir(directory)
-    for index in range(DURABLE_INODES + 1):
-        try:
-            os.close(os.open(os.path.join(directory, "f%03d" % index), os.O_CREAT | os.O_WRONLY, 0o644))
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-            break
-    assert os.statvfs(mount).f_ffree == 0
-    return directory
-
-
 def patrol(fleet, tmp_path):
     report = tmp_path / "patrol.json"
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
@@ -74,7 +61,7 @@ def test_a_full_durable_tier_never_causes_retraining(fleet, src, tmp_path):
     launch(fleet, src, extra=EXTRA)
     fleet.ssh(HOST, "for i in $(seq 1 300); do grep -q '^000 s0 ' ~/launch-runs.log 2>/dev/null && exit 0; "
                     "sleep 0.2; done; exit 1")
-    filler = fill_inodes(mount)  # while the item runs: its sync will find no free inode
+    filler = fill_inodes(mount, DURABLE_INODES)  # while the item runs: its sync will find no free inode
     fleet.ssh(HOST, "touch %s" % FLAG)
     assert wait_finished(fleet, HOST, "train")["exit_code"] == 1
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from lab_teardown_support import LabFleet, module_result, safetensors_bytes, started, torch_zip_bytes
+from lab_teardown_support import LabFleet, fill_inodes, module_result, safetensors_bytes, started, torch_zip_bytes
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)"),
               pytest.mark.root, pytest.mark.lab]
@@ -132,23 +132,6 @@ def fill_bytes(mount):
     return path
 
 
-def fill_inodes(mount):
-    """Create empty files until the FS has no free inode left (ENOSPC)."""
-    directory = os.path.join(mount, "filler-inodes")
-    try:
-        os.mkdir(directory)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-        return
-    for index in range(DURABLE_INODES + 1):
-        try:
-            os.close(os.open(os.path.join(directory, "f%03d" % index), os.O_CREAT | os.O_WRONLY, 0o644))
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-            break
-    assert os.statvfs(mount).f_ffree == 0
-
-
 def sync_filled_midway(fleet, mount, src, dest, watch_name, fill, planned_bytes, reset, attempts=3):
     """Run the sync; when ``watch_name``'s temp file appears in the destination, SIGSTOP the module, ``fill`` the
     FS, SIGCONT. Retried after ``reset()`` if the stop came after the temp file was fully written."""
@@ -255,7 +238,7 @@ def test_inode_exhaustion_midway_reports_failure_and_only_whole_files(fleet, mou
     make_big(fleet, src + "/a-best.bin", BIG_MIB)
     make_source(fleet, "exp4", {"b-metrics.json": b'{"epoch": 3}\n', "c-config.json": b"{}\n"})
     rc, result, out, _stopped_at, _filler = sync_filled_midway(
-        fleet, mount, src, dest, "a-best.bin", fill_inodes, BIG_MIB << 20,
+        fleet, mount, src, dest, "a-best.bin", lambda mount: fill_inodes(mount, DURABLE_INODES), BIG_MIB << 20,
         reset=lambda: fleet.ssh(HOST, "rm -rf %s" % dest))
     assert rc != 0 and result["failed"] is True, out
     assert "No space left on device" in result["msg"], result["msg"]

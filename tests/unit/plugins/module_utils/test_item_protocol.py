@@ -179,15 +179,6 @@ def test_patrol_puts_the_reason_first_and_shows_the_state():
 # ---------------------------------------------------------------------------------- finish, resync, the item log
 
 
-@pytest.fixture
-def out(tmp_path):
-    root = tmp_path / "out" / "000"
-    root.mkdir(parents=True)
-    (root / "best.pt").write_bytes(b"B" * 100)
-    (root / "latest.pt").write_bytes(b"L" * 50)
-    return root
-
-
 def test_a_failed_sync_is_the_state_sync_failed_with_the_files_not_durable(out, tmp_path):
     blocker = tmp_path / "durable"
     blocker.write_text("a file where the durable directory should be")
@@ -196,7 +187,7 @@ def test_a_failed_sync_is_the_state_sync_failed_with_the_files_not_durable(out, 
     assert (status["exit_code"], status["command_exit_code"], status["state"]) == (1, 0, "sync_failed")
     assert status["unsynced"] == ["best.pt"] and status["best"] == ["best*"] and status["scratch"] == ["latest*"]
     assert status["sync_error"].startswith("checked_sync failed") and "FAILED to sync" in line
-    assert sorted(os.listdir(str(out))) == ["best.pt", "latest.pt"]  # nothing pruned
+    assert sorted(os.listdir(str(out))) == ["best.pt", "latest.pt", "tmpdir"]  # nothing pruned
     status_file = tmp_path / "items" / "000" / "status.json"
     job_layout.write_status(str(status_file), status)
     assert launch.pending(str(tmp_path / "items"), ["000"]) == ["000"]

@@ -80,17 +80,6 @@ def test_pending_skips_only_exit_code_zero(tmp_path):
     assert launch.pending(str(items), ["000", "001", "002", "003", "004"]) == ["001", "002", "003", "004"]
 
 
-@pytest.fixture
-def out(tmp_path):
-    root = tmp_path / "out" / "000"
-    root.mkdir(parents=True)
-    (root / "best.pt").write_bytes(b"B" * 100)
-    (root / "latest.pt").write_bytes(b"L" * 50)
-    (root / "tmpdir").mkdir()
-    (root / "tmpdir" / "x").write_bytes(b"x")
-    return root
-
-
 def test_finish_success_syncs_verified_then_prunes_and_prints_the_line_last(out, tmp_path):
     dest = tmp_path / "durable" / "000"
     status, line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(dest), best=["best*"],
