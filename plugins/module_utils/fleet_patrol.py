@@ -30,7 +30,9 @@ PATROL_ESCALATE_WARN = ("log_stale",)
 # Order of findings of the same level in a patrol row: a dead job says more than the crash markers in its log.
 PATROL_PRIORITY = ("job_gone_incomplete", "job_missing", "probe_timeout", "interpreter_missing", "probe_failed",
                    "job_crashed", "oom_killed", "log_stale")
-# A finished queue on a box that still bills (a WARN): last, since every other finding says more.
+
+
+# A finished queue on a box that still bills (a WARN) comes last: every other finding says more.
 PATROL_PRIORITY += (billing.IDLE_BILLING,)
 
 
