@@ -65,6 +65,14 @@ def idle_seconds(jobs, now):
     return min(ages)
 
 
+def billed(value):
+    """``trainer_billed`` as a bool: True, or a true word as an INI inventory or ``-e`` gives it (``true``, ``yes``,
+    ``1``); anything else is False."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return value is True
+
+
 def price_of(value):
     """A price per hour as a positive float, or None (0, empty, not a number: unknown)."""
     if isinstance(value, str):
@@ -79,11 +87,11 @@ def price_of(value):
 def idle_billing(jobs, billing):
     """The ``idle_billing`` WARN finding of a host, or None.
 
-    ``billing`` holds ``billed`` (the profile's ``trainer_billed``: only True counts), ``now`` (controller epoch),
+    ``billing`` holds ``billed`` (the profile's ``trainer_billed``, see billed()), ``now`` (controller epoch),
     ``idle_minutes`` (grace after the finish, default IDLE_MINUTES), ``price_per_hour`` and ``currency``, and
     ``verb`` (the profile's meter-stop verb, for the action). The finding carries ``hours_idle`` and, with a price,
     ``cost`` and ``currency``."""
-    if not isinstance(billing, dict) or billing.get("billed") is not True or _seconds(billing.get("now")) is None:
+    if not isinstance(billing, dict) or not billed(billing.get("billed")) or _seconds(billing.get("now")) is None:
         return None
     idle = idle_seconds(jobs, billing["now"])
     grace = _seconds(billing.get("idle_minutes"))
@@ -119,7 +127,8 @@ def platform_clocks(hosts):
     override) add theirs; a platform without clocks is left out."""
     by_platform = {}
     for host, platform, clocks in hosts:
-        entry = by_platform.setdefault(platform or "-", {"platform": platform or "-", "hosts": [], "clocks": []})
+        name = str(platform) if platform else "-"  # a registered variable may hold anything
+        entry = by_platform.setdefault(name, {"platform": name, "hosts": [], "clocks": []})
         entry["hosts"].append(host)
         for clock in _clocks(clocks):
             if clock not in entry["clocks"]:

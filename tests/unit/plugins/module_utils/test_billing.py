@@ -99,7 +99,9 @@ def test_price_of(value, expected):
     # only a box that bills, and only a finished queue
     ([done()], {"billed": False}, None),
     ([done()], {"billed": None}, None),
-    ([done()], {"billed": "yes"}, None),
+    ([done()], {"billed": "no"}, None),
+    ([done()], {"billed": 1}, None),
+    ([done()], {"billed": "true"}, (3.0, None, None)),   # an INI inventory or -e gives text
     ([done(), job(name="eval")], {}, None),
     ([job(alive=False, final_status=None)], {}, None),
     ([done()], {"now": None}, None),
@@ -118,6 +120,14 @@ def test_idle_billing_table(jobs, opts, expected):
         assert found["message"].endswith("about %.2f %s so far at %.2f %s/h" % (
             expected[1], expected[2], found["price_per_hour"], expected[2]))
     assert "playbooks/teardown.yml (power_off)" in found["action"]
+
+
+@pytest.mark.parametrize("value,expected", [
+    (True, True), ("true", True), (" Yes ", True), ("1", True), ("on", True),
+    (False, False), ("false", False), ("no", False), ("", False), (None, False), (1, False), ("bills", False),
+])
+def test_billed(value, expected):
+    assert billing.billed(value) is expected
 
 
 def test_idle_billing_without_settings_is_none():
@@ -151,6 +161,9 @@ def test_platform_clocks_union_of_host_overrides_and_malformed_entries():
     assert billing.clock_lines(entries) == [
         "danger clocks, autodl (2 hosts): released after 15 days powered off (verified 2026-06); my own clock"]
     assert billing.platform_clocks([]) == [] and billing.clock_lines([]) == []
+    # a profile name that is not text (a broken inventory) is shown as text, never a traceback
+    odd = billing.platform_clocks([("a", {"x": 1}, AUTODL[:1]), ("b", 7, AUTODL[:1]), ("c", "autodl", AUTODL[:1])])
+    assert [e["platform"] for e in odd] == ["7", "autodl", "{'x': 1}"]
 
 
 def test_patrol_row_of_a_finished_queue_on_a_billing_box_is_idle_billing():
