@@ -210,8 +210,8 @@ def test_screen_text_puts_a_blank_line_between_the_lines_and_the_table():
 CLOCKS = [{"clock": "a powered-off instance is released after 15 days", "verified": "2026-06"}]
 
 
-def billed_profile(name="autodl", clocks=CLOCKS, **kw):
-    base = dict(profile(name), trainer_danger_clocks=clocks, trainer_billed=True, trainer_price_per_hour=0,
+def billed_profile(name="autodl", clocks=None, **kw):
+    base = dict(profile(name), trainer_danger_clocks=CLOCKS if clocks is None else clocks, trainer_billed=True, trainer_price_per_hour=0,
                 trainer_price_currency="CNY", trainer_meter_stop={"verb": "power_off"})
     base.update(kw)
     return base
