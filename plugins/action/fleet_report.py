@@ -15,7 +15,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_preflight, fleet_prom
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_patrol, fleet_preflight
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_prom
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
@@ -26,6 +27,9 @@ display = Display()
 # The host's profile variables every row reads: (record key, host variable).
 PROFILE_VARS = (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
                 ("durable_dir", "trainer_durable_dir"), ("interpreter", "trainer_interpreter"))
+# What idle_billing reads of a host (profile, or a host override in the inventory): (setting, host variable).
+BILLING_VARS = (("billed", "trainer_billed"), ("price_per_hour", "trainer_price_per_hour"),
+                ("currency", "trainer_price_currency"))
 # The probe results each kind reads: (record key, suboption of result_vars naming the registered variable).
 RESULTS_BY_KIND = {
     "preflight": (("storage", "inode_check"), ("gpu", "gpu_health"), ("env", "env_audit")),
@@ -74,22 +78,42 @@ def host_record(host_vars, kind, result_vars):
     return record
 
 
-def build_rows(args, hosts, hostvars):
-    """One row per host, in the order of ``hosts``."""
+def billing_settings(host_vars, now, idle_minutes):
+    """A host's settings for the idle_billing finding (billing.idle_billing)."""
+    settings = dict((key, _host_var(host_vars, var)) for key, var in BILLING_VARS)
+    meter_stop = _host_var(host_vars, "trainer_meter_stop")
+    settings.update(now=now, idle_minutes=idle_minutes,
+                    verb=meter_stop.get("verb") if isinstance(meter_stop, dict) else None)
+    return settings
+
+
+def danger_clocks(hosts, hostvars):
+    """The danger clocks of the hosts' profiles, once per platform (billing.platform_clocks)."""
+    return billing.platform_clocks([(host, _host_var(hostvars.get(host), "trainer_profile"),
+                                     _host_var(hostvars.get(host), "trainer_danger_clocks")) for host in hosts])
+
+
+def build_rows(args, hosts, hostvars, now=None):
+    """One row per host, in the order of ``hosts``; ``now`` (epoch, default the current time) dates idle_billing."""
+    now = time.time() if now is None else now
     rows = []
     for host in hosts:
         record = host_record(hostvars.get(host), args["kind"], args["result_vars"])
         if args["kind"] == "patrol":
-            rows.append(fleet_patrol.patrol_row(host, record, strict=args["strict"], tail_lines=args["tail_lines"]))
+            settings = billing_settings(hostvars.get(host), now, args["idle_minutes"])
+            rows.append(fleet_patrol.patrol_row(host, record, strict=args["strict"], tail_lines=args["tail_lines"],
+                                                idle_billing=settings))
         else:
             rows.append(fleet_preflight.preflight_row(host, record))
     return rows
 
 
-def screen_text(rows, table, footer):
-    """What the action prints: each host's line (patrol), a blank line, the table and the footer."""
+def screen_text(rows, table, footer, clocks=()):
+    """What the action prints: each host's line (patrol), a blank line, the danger clocks once per platform and a
+    blank line, the table and the footer."""
     lines = [row["line"] for row in rows if row.get("line")]
-    return "\n".join(lines + ([""] if lines else []) + table + [footer])
+    clocks = billing.clock_lines(clocks)
+    return "\n".join(lines + ([""] if lines else []) + clocks + ([""] if clocks else []) + table + [footer])
 
 
 def failure_message(kind, rows, failing):
@@ -130,11 +154,13 @@ class ActionModule(DocumentedAction):
         if unknown:
             raise AnsibleActionFail("hosts names %s, not in the inventory: fix the name(s) in hosts, or omit hosts to "
                                     "report every host of the play" % ", ".join(repr(host) for host in unknown))
-        rows = build_rows(args, targeted_hosts(args["hosts"], task_vars), hostvars)
+        hosts = targeted_hosts(args["hosts"], task_vars)
+        rows = build_rows(args, hosts, hostvars)
+        clocks = danger_clocks(hosts, hostvars)
         table = fleet_table.render_table(rows, COLUMNS_BY_KIND[args["kind"]])
         counts = fleet_table.summary(rows)
         failing = fleet_table.failing_hosts(rows, strict=args["strict"])
-        display.display(screen_text(rows, table, fleet_table.footer(args["title"], counts)))
+        display.display(screen_text(rows, table, fleet_table.footer(args["title"], counts), clocks))
 
         report = {
             "title": args["title"],
@@ -144,6 +170,7 @@ class ActionModule(DocumentedAction):
             "summary": counts,
             "failing": failing,
             "hosts": rows,
+            "danger_clocks": clocks,
         }
         if args["report_path"]:
             write_file(args["report_path"], json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", "report")
@@ -151,7 +178,7 @@ class ActionModule(DocumentedAction):
             # written 0644: node_exporter usually runs as its own user
             write_file(args["prom_path"], fleet_prom.prometheus_text(rows, time.time()), "Prometheus textfile")
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],
-                      prom_path=args["prom_path"])
+                      prom_path=args["prom_path"], danger_clocks=clocks)
         if failing and args["fail_run"]:
             result.update(failed=True, msg=failure_message(args["kind"], rows, failing))
         else:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, sort_findings
 
 COLUMNS = (
@@ -32,6 +32,10 @@ PATROL_ESCALATE_WARN = ("log_stale",)
 # trained files that are not durable), then a dead job, which says more than the crash markers in its log.
 PATROL_PRIORITY = ("command_not_found", "sync_failed", "job_gone_incomplete", "job_missing", "probe_timeout",
                    "interpreter_missing", "probe_failed", "job_crashed", "oom_killed", "log_stale", "item_crashed")
+
+
+# A finished queue on a box that still bills (a WARN) comes last: every other finding says more.
+PATROL_PRIORITY += (billing.IDLE_BILLING,)
 
 
 def _job_state(job):
@@ -135,14 +139,15 @@ def _no_answer_row(host, platform, probe):
     return row
 
 
-def patrol_row(host, record, strict=False, tail_lines=3):
+def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     """One patrol row (and its one-line summary, ``line``) from a host's record.
 
     ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and
     ``probe``: the raw result of the job_status task (a result with ``unreachable`` or ``failed`` and no ``jobs``
     when it did not run, None when the host failed before it). The verdict is FAIL (escalate) on any FAIL finding
     or an escalating WARN (PATROL_ESCALATE_WARN; every WARN when ``strict``), WARN on other WARN findings, else PASS;
-    ``reasons`` lists the escalating findings as ``code: message``.
+    ``reasons`` lists the escalating findings as ``code: message``. ``idle_billing`` holds the host's billing
+    settings (billing.idle_billing); without it no idle_billing finding is made.
     """
     platform = record.get("platform") or "-"
     probe = record.get("probe")
@@ -157,6 +162,8 @@ def patrol_row(host, record, strict=False, tail_lines=3):
         findings += [problem] if problem else []
     jobs, problem = fleet_table.mappings(probe.get("jobs"), "job_status", "jobs")
     findings += [problem] if problem else []
+    idle = billing.idle_billing(jobs, idle_billing)
+    findings += [idle] if idle else []
     order = {code: i for i, code in enumerate(PATROL_PRIORITY)}
     findings = sort_findings(findings, lambda f: order.get(f.get("code"), len(order)))
 

@@ -24,6 +24,12 @@ description:
     C(probe_failed); a host without a result (failed before the probe, for example in profile validation) is
     reported as C(NO_RESULT) instead of being dropped silently.
   - Fails when a host is C(FAIL), C(UNREACHABLE) or C(NO_RESULT), and also on C(WARN) with O(strict).
+  - Above the table it prints the danger clocks of the hosts' profiles (C(trainer_danger_clocks)), once per
+    platform, for example AutoDL's release of an instance powered off for 15 days; they are not a finding.
+  - With O(kind=patrol), a host whose jobs all finished more than O(idle_minutes) ago, on a box whose profile says
+    C(trainer_billed), gets the C(WARN) finding C(idle_billing) with the hours idle (from the finish time in the job's
+    status) and, when C(trainer_price_per_hour) is set, the money in C(trainer_price_currency). Computed on the
+    controller, with no extra SSH execution.
   - A registered result may hold anything. Findings or jobs that are not mappings (or a C(findings) that is not a
     list) make the C(FAIL) finding C(malformed_result), since that host cannot be judged. Progress values, counters
     and percentages that are not numbers are shown as unknown (C(?) or C(-)) and are left out of the Prometheus
@@ -47,7 +53,8 @@ options:
       - Names of the host variables that hold the raw registered results of the probe tasks (unreachable and
         failed results included; a variable that a host never set means the host failed before the probe).
       - The row also reads the host's profile, C(trainer_profile), C(trainer_data_dir), C(trainer_durable_dir) and
-        C(trainer_interpreter).
+        C(trainer_interpreter); the danger clocks and C(idle_billing) read C(trainer_danger_clocks),
+        C(trainer_billed), C(trainer_price_per_hour), C(trainer_price_currency) and C(trainer_meter_stop).
     type: dict
     required: true
     suboptions:
@@ -107,6 +114,11 @@ options:
     description: With O(kind=patrol), how many last log lines of a dead or crashed job the host's line shows.
     type: int
     default: 3
+  idle_minutes:
+    description:
+      - With O(kind=patrol), how many minutes after its queue finished a box that still bills is C(idle_billing).
+    type: int
+    default: 30
 """
 
 EXAMPLES = r"""
@@ -162,6 +174,18 @@ report_path:
   type: str
   returned: always
   sample: reports/preflight.json
+danger_clocks:
+  description:
+    - The danger clocks of the reported hosts' profiles, once per platform (platforms without one are left out).
+      Also in the JSON report.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - platform: autodl
+      hosts: [lab-01, lab-02]
+      clocks:
+        - {clock: "a powered-off instance is released automatically after 15 days", verified: "2026-06"}
 prom_path:
   description: Where the Prometheus textfile was written, or null.
   type: str

@@ -97,8 +97,13 @@ def break_profile(root, edit):
     (lambda t: t.replace('trainer_env_prefix: ""', "trainer_env_prefix: miniconda3"), "trainer_env_prefix"),
     (lambda t: t.replace('trainer_onstart_hook: ""', "trainer_onstart_hook: /root/onstart.sh"),
      "trainer_onstart_hook"),
+    # a negative price, a price without its currency, a price that is not a number
+    (lambda t: t.replace("trainer_price_per_hour: 0", "trainer_price_per_hour: -1.5"), "trainer_price_per_hour"),
+    (lambda t: t.replace("trainer_price_per_hour: 0", "trainer_price_per_hour: 2.5"), "trainer_price_currency"),
+    (lambda t: t.replace("trainer_price_per_hour: 0", "trainer_price_per_hour: cheap"), "trainer_price_per_hour"),
 ], ids=["deleted", "misspelled", "unknown-extra", "wrong-type-int", "wrong-type-cap", "verified-month",
-        "tensorboard-pair", "conda-without-prefix", "relative-prefix", "onstart-hook-without-onstart"])
+        "tensorboard-pair", "conda-without-prefix", "relative-prefix", "onstart-hook-without-onstart",
+        "negative-price", "price-without-currency", "price-not-a-number"])
 def test_broken_profile_fails_the_first_play_naming_the_key(playbook_copy, local_inventory, edit, expected):
     break_profile(playbook_copy, edit)
     proc = run_playbook(playbook_copy / "playbooks/preflight.yml", local_inventory, cwd=playbook_copy)

@@ -226,3 +226,55 @@ def test_look_alike_job_names_are_two_jobs_with_two_tmux_sessions(fleet):
     finally:
         for name in ("a.b", "a_b"):
             adhoc(fleet, host, module, {"name": name, "state": "stopped"})
+
+
+def test_danger_clocks_once_per_platform_and_idle_billing_of_a_finished_queue(fleet, tmp_path):
+    """Issue 16, item 7: the profile's danger clocks above the table, once per platform, and a finished queue on a
+    box that still bills as idle_billing (WARN) with the hours idle and, with a price, the money."""
+    for host in ("lab-01", "lab-03"):  # autodl, runpod
+        rc, result = adhoc(fleet, host, "remote_gpu.trainer.detached_job",
+                           {"name": "finished", "command": items(1) + "; echo 'epoch 1'"})
+        assert rc == 0 and result["started"], result
+    deadline = time.monotonic() + 20
+    for host in ("lab-01", "lab-03"):
+        while fleet.ssh(host, "test -e ~/.trainer/jobs/finished/status.json", check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the job wrote no status"
+            time.sleep(0.2)
+    # lab-01's queue finished three hours ago (by its status), lab-03's just now
+    three_hours_ago = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3 * 3600))
+    fleet.ssh("lab-01", "sed -i -E 's/\"finished\": *\"[^\"]*\"/\"finished\": \"%s\"/' "
+                        "~/.trainer/jobs/finished/status.json" % three_hours_ago)
+    prices = tmp_path / "prices.yml"
+    prices.write_text(json.dumps({"all": {"hosts": {"lab-01": {"trainer_price_per_hour": 2.5}}}}))
+    watch = ("-i", str(prices), "-l", "lab-01,lab-03", "-e", "patrol_job_name=finished", "-e", "patrol_queue_length=1")
+
+    proc, rows = patrol(fleet, tmp_path, *watch)
+    assert proc.returncode == 0, proc.stdout  # a WARN: shown, not escalated
+    out = proc.stdout[:proc.stdout.index("PLAY RECAP")]
+    autodl = [line for line in out.splitlines() if line.startswith("danger clocks, autodl")]
+    assert autodl == ["danger clocks, autodl (1 host): a powered-off instance is released automatically after 15 "
+                      "days, which deletes the data disk (verified 2026-06); a powered-off instance still bills its "
+                      "data disk's storage at a small rate; only release ends it (verified 2026-06); arrears force a "
+                      "stop (verified 2026-06)"]
+    runpod = [line for line in out.splitlines() if line.startswith("danger clocks, runpod")]
+    assert len(runpod) == 1 and "at zero balance pods and storage can be deleted" in runpod[0]
+    assert out.index("danger clocks, autodl") < out.index("HOST ")  # above the table
+    assert rows["lab-01"]["verdict"] == "WARN" and rows["lab-01"]["jobs"][0]["state"] == "DONE"
+    assert codes(rows["lab-01"]) == {"idle_billing", "job_finished"}, rows["lab-01"]["findings"]
+    idle = rows["lab-01"]["findings"][0]  # the WARN before job_finished (INFO)
+    assert idle["code"] == "idle_billing" and idle["level"] == "WARN", rows["lab-01"]["findings"]
+    assert 2.95 <= idle["hours_idle"] <= 3.05 and idle["currency"] == "CNY"
+    assert abs(idle["cost"] - 2.5 * idle["hours_idle"]) < 0.01
+    assert "the box still bills: about 7.5" in rows["lab-01"]["top_finding"]
+    assert host_line(proc, "lab-01").startswith("lab-01 WARN finished DONE items 1/1"), proc.stdout
+    # lab-03 finished seconds ago: within patrol_idle_minutes (30) it is simply done
+    assert rows["lab-03"]["verdict"] == "PASS" and codes(rows["lab-03"]) == {"job_finished"}, rows["lab-03"]
+
+    proc, rows = patrol(fleet, tmp_path, *watch, "-e", "patrol_idle_minutes=0")
+    assert proc.returncode == 0, proc.stdout
+    assert rows["lab-03"]["verdict"] == "WARN" and codes(rows["lab-03"]) == {"idle_billing", "job_finished"}
+    idle = rows["lab-03"]["findings"][0]
+    assert idle["hours_idle"] < 0.1 and "cost" not in idle and "trainer_price_per_hour" in idle["action"]
+    # patrol_strict escalates it, as every WARN
+    proc, rows = patrol(fleet, tmp_path, *watch, "-e", "patrol_strict=true")
+    assert proc.returncode != 0 and rows["lab-01"]["verdict"] == "FAIL" and "idle_billing" in proc.stdout

@@ -116,3 +116,20 @@ def test_the_profiles_hf_home_is_audited(fleet, tmp_path):
     # the profile's own HF_HOME is on the data disk: nothing to say
     proc, rows = preflight(fleet, tmp_path, "-l", "lab-01")
     assert "hf_cache_large" not in codes(rows["lab-01"])
+
+
+def test_danger_clocks_are_shown_once_per_platform_and_are_no_finding(fleet, tmp_path):
+    """Issue 16, item 7: the profile's danger clocks above the fleet table, once per platform (two autodl hosts,
+    one line), never a per-host FAIL."""
+    proc, rows = preflight(fleet, tmp_path, "-l", "lab-01,lab-04,lab-05")
+    assert proc.returncode == 0, proc.stdout
+    assert rows["lab-01"]["verdict"] == rows["lab-05"]["verdict"] == "PASS"
+    out = proc.stdout[:proc.stdout.index("PLAY RECAP")]
+    lines = [line for line in out.splitlines() if line.startswith("danger clocks, ")]
+    assert [line.split(":")[0] for line in lines] == ["danger clocks, autodl (2 hosts)",
+                                                      "danger clocks, runpod (1 host)"], out
+    assert "released automatically after 15 days" in lines[0] and "still bills its data disk" in lines[0]
+    assert "at zero balance pods and storage can be deleted" in lines[1]
+    assert out.index("danger clocks, autodl") < out.index("HOST ")
+    report = json.loads((tmp_path / "preflight.json").read_text())
+    assert [entry["platform"] for entry in report["danger_clocks"]] == ["autodl", "runpod"]

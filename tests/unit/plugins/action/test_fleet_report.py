@@ -4,6 +4,7 @@ argument checks and the reports it writes."""
 from __future__ import annotations
 
 import json
+import time
 import re
 from unittest import mock
 
@@ -204,3 +205,78 @@ def test_an_unwritable_report_path_is_a_message_not_a_traceback(tmp_path, screen
 def test_screen_text_puts_a_blank_line_between_the_lines_and_the_table():
     assert action.screen_text([{"line": "a"}, {}], ["HOST", "a"], "t: 1") == "a\n\nHOST\na\nt: 1"
     assert action.screen_text([{}], ["HOST"], "t: 0") == "HOST\nt: 0"
+
+
+CLOCKS = [{"clock": "a powered-off instance is released after 15 days", "verified": "2026-06"}]
+
+
+def billed_profile(name="autodl", clocks=None, **kw):
+    base = dict(profile(name), trainer_danger_clocks=CLOCKS if clocks is None else clocks, trainer_billed=True, trainer_price_per_hour=0,
+                trainer_price_currency="CNY", trainer_meter_stop={"verb": "power_off"})
+    base.update(kw)
+    return base
+
+
+def finished_job(hours_ago):
+    finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - hours_ago * 3600))
+    return {"name": "train", "exists": True, "alive": False, "items_done": 7, "items_total": 7, "last_exit_code": 0,
+            "final_status": {"exit_code": 0, "finished": finished}, "log_age_seconds": 60, "tail": []}
+
+
+def test_danger_clocks_are_printed_once_per_platform_above_the_table_and_reported(tmp_path, screen):
+    hostvars = {"lab-01": dict(probed(), **billed_profile()), "lab-02": dict(probed(), **billed_profile()),
+                "lab-03": dict(probed(), **billed_profile("runpod", [{"clock": "zero balance deletes pods",
+                                                                      "verified": "2026-06"}])),
+                "lab-04": dict(probed(), **billed_profile("local", []))}
+    report = tmp_path / "preflight.json"
+    result = run_action({"result_vars": PREFLIGHT_VARS, "report_path": str(report), "fail_run": False},
+                        task_vars(["lab-04", "lab-03", "lab-02", "lab-01"], hostvars))
+    lines = screen[0].splitlines()
+    assert lines[:3] == [
+        "danger clocks, autodl (2 hosts): a powered-off instance is released after 15 days (verified 2026-06)",
+        "danger clocks, runpod (1 host): zero balance deletes pods (verified 2026-06)", ""]
+    assert lines[3].split()[:4] == ["HOST", "PLATFORM", "GPUS", "VERDICT"] and lines[-1].startswith("fleet: 4 host")
+    # a clock is not a finding: every host still passes
+    assert [row["verdict"] for row in result["rows"]] == ["PASS"] * 4
+    assert result["danger_clocks"] == json.loads(report.read_text())["danger_clocks"]
+    assert [(e["platform"], e["hosts"]) for e in result["danger_clocks"]] == [
+        ("autodl", ["lab-01", "lab-02"]), ("runpod", ["lab-03"])]
+
+
+def test_patrol_idle_billing_with_the_price_from_the_inventory(screen):
+    hostvars = {
+        "lab-01": dict(billed_profile(trainer_price_per_hour=2.5),
+                       patrol_probe={"jobs": [finished_job(4)], "findings": [], "paths": [], "gpus": []}),
+        "lab-02": dict(billed_profile(), patrol_probe={"jobs": [finished_job(4)], "findings": [], "paths": [],
+                                                       "gpus": []}),
+        "lab-03": dict(billed_profile(trainer_billed=False),
+                       patrol_probe={"jobs": [finished_job(4)], "findings": [], "paths": [], "gpus": []}),
+        "lab-04": dict(billed_profile(), patrol_probe={"jobs": [finished_job(0.1)], "findings": [], "paths": [],
+                                                       "gpus": []}),
+    }
+    result = run_action({"result_vars": PATROL_VARS, "kind": "patrol"}, task_vars(sorted(hostvars), hostvars))
+    rows = {row["host"]: row for row in result["rows"]}
+    assert "failed" not in result and result["failing"] == []
+    assert rows["lab-01"]["verdict"] == "WARN" and rows["lab-01"]["top_finding"] == (
+        "idle_billing: the queue finished 4.0 h ago and the box still bills: about 10.00 CNY so far at 2.50 CNY/h")
+    assert rows["lab-02"]["verdict"] == "WARN" and rows["lab-02"]["findings"][0]["hours_idle"] == 4.0
+    assert "cost" not in rows["lab-02"]["findings"][0]
+    # not billed; finished 6 minutes ago (under idle_minutes, 30)
+    assert rows["lab-03"]["verdict"] == rows["lab-04"]["verdict"] == "PASS"
+    quick = run_action({"result_vars": PATROL_VARS, "kind": "patrol", "idle_minutes": 5},
+                       task_vars(["lab-04"], hostvars))
+    assert quick["rows"][0]["verdict"] == "WARN" and quick["rows"][0]["top_finding"].startswith("idle_billing: ")
+
+
+def test_billing_settings_read_the_profile_and_survive_a_broken_one():
+    settings = action.billing_settings(billed_profile(trainer_price_per_hour=1.5), 100.0, 30)
+    assert settings == {"billed": True, "price_per_hour": 1.5, "currency": "CNY", "now": 100.0, "idle_minutes": 30,
+                        "verb": "power_off"}
+    assert action.billing_settings(BrokenProfile(), 1.0, 30)["billed"] is None
+    assert action.billing_settings(None, 1.0, 30)["verb"] is None
+
+
+def test_screen_text_puts_the_danger_clocks_above_the_table():
+    clocks = [{"platform": "autodl", "hosts": ["a"], "clocks": [{"clock": "c", "verified": None}]}]
+    assert action.screen_text([{"line": "a"}], ["HOST"], "t: 1", clocks) == (
+        "a\n\ndanger clocks, autodl (1 host): c\n\nHOST\nt: 1")
