@@ -2,11 +2,11 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The launch role's filters: the assignment table, the generated scripts, the onstart hook's block, and the
-per-host report line.
+"""The launch role's filters: the assignment table, the generated scripts, the queue record, the onstart hook's
+block, and the per-host report line.
 
-Documented in queue_table.yml, launch_scripts.yml, launch_onstart.yml and launch_report.yml; the work is done by
-module_utils/launch.py and module_utils/launch_scripts.py, which are unit-tested.
+Documented in queue_table.yml, launch_scripts.yml, launch_record.yml, launch_onstart.yml and launch_report.yml;
+the work is done by module_utils/launch.py and module_utils/launch_scripts.py, which are unit-tested.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts as scripts_core
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
 
 
 def queue_table(plan):
@@ -36,6 +36,14 @@ def launch_scripts(items, cpu=None, **settings):
         return scripts_core.scripts(list(items), threads=scripts_core.thread_count(cpu), **settings)
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("launch_scripts: %s" % exc)
+
+
+def launch_record(items, **settings):
+    """The queue record of one host (``<job dir>/queue.json``) as JSON text: its share of the queue."""
+    try:
+        return json.dumps(queue_record(list(items), **settings), indent=1, sort_keys=True) + "\n"
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("launch_record: %s" % exc)
 
 
 def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_dir=None):
@@ -74,4 +82,5 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None):
 class FilterModule(object):
     def filters(self):
         return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_onstart": launch_onstart,
+                "launch_record": launch_record,
                 "launch_report": launch_report}

@@ -21,6 +21,8 @@ On-box layout (one directory per job; ``run_dir`` defaults to ``~/.trainer/jobs`
         job.log              default log: stdout and stderr of the wrapper and the command, appended
         status.json          final status, written when the command ends:
                              {"item": null, "exit_code": 0, "started": "<iso>", "finished": "<iso>"}
+        queue.json           written by launch: this host's share of the queue (see read_queue), which patrol grades
+                             the job against and teardown pulls by default
         items/<item>/status.json
                              one per finished queue item (for example ``items/007/status.json``), same keys with
                              ``item`` set; ``exit_code`` 0 means done. The job sees this directory as
@@ -58,6 +60,7 @@ META_FILE = "job.meta.json"
 STATUS_FILE = "status.json"
 LOG_FILE = "job.log"
 ITEMS_DIR = "items"
+QUEUE_FILE = "queue.json"
 LIB_DIR = "lib"
 
 # What the job's scripts run to call this file on the box (with PYTHONPATH set to the lib directory).
@@ -88,6 +91,7 @@ def job_paths(run_dir, name, log_path=None):
         "meta_file": os.path.join(job_dir, META_FILE),
         "status_file": os.path.join(job_dir, STATUS_FILE),
         "items_dir": os.path.join(job_dir, ITEMS_DIR),
+        "queue_file": os.path.join(job_dir, QUEUE_FILE),
         "lib_dir": os.path.join(job_dir, LIB_DIR),
         "log_path": log_path or os.path.join(job_dir, LOG_FILE),
     }
@@ -234,6 +238,31 @@ def item_statuses(items_dir):
                       command_exit_code=exit_code_of({"exit_code": data.get("command_exit_code")}))
         found.append(status)
     return found
+
+
+def read_queue(paths):
+    """This host's share of the queue as launch recorded it in ``queue.json`` -> (record, problem).
+
+    The record: ``{"version": 1, "job", "run_id", "host", "queue_length"`` (the whole queue), ``"items"``: the
+    host's items in order, each ``{"item", "arg", "output_dir", "sync_dest"}``, ``"output_root", "durable_root",
+    "best", "scratch"}``. (None, None) when there is no such file (a job that launch did not start); (None, why)
+    when it is not a record launch wrote (then nothing is inferred from it).
+    """
+    text = read_text(paths["queue_file"], MAX_META_BYTES)
+    if text is None:
+        return None, (None if not os.path.lexists(paths["queue_file"]) else
+                      "%s is not a readable regular file" % paths["queue_file"])
+    data = _json_dict(text)
+    items = (data or {}).get("items")
+    if data is None or data.get("version") != 1 or not isinstance(items, list) or not items:
+        return None, "%s is not a queue record of launch (version 1 with a non-empty items list)" % paths["queue_file"]
+    for entry in items:
+        if not isinstance(entry, dict) or not valid_name(entry.get("item")):
+            return None, "%s lists an item that is not an object with a valid id: %r" % (paths["queue_file"], entry)
+    ids = [entry["item"] for entry in items]
+    if len(set(ids)) != len(ids):
+        return None, "%s lists an item twice" % paths["queue_file"]
+    return data, None
 
 
 def status_record(exit_code, started, item=None, finished=None, **extra):

@@ -72,6 +72,13 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
     # The wrapper deletes status.json before it writes its PID, so a status file always belongs to the latest run.
     final = job_layout.parse_status(job_layout.read_text(paths["status_file"], job_layout.MAX_META_BYTES))
     items = job_layout.item_statuses(paths["items_dir"])
+    queue, queue_problem = job_layout.read_queue(paths)
+    if queue_problem:
+        findings.append(finding("WARN", "queue_record_invalid", "%s: %s; the job is graded against queue_length %d"
+                                % (spec["name"], queue_problem, spec["queue_length"]),
+                                "Relaunch with playbooks/launch.yml, which writes the record, or remove the file.",
+                                job=spec["name"]))
+    share = share_of(queue, items, spec["queue_length"])
     try:
         found = scan_log_file(log_path, regex, params, inside)
     except job_log.LogRefused as exc:
@@ -102,10 +109,14 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "alive": alive,
         "pid": pid,
         "detach": meta.get("detach"),
-        "items_done": sum(1 for item in items if item["exit_code"] == 0),
-        "items_failed": sum(1 for item in items if item["exit_code"] not in (0, None)),
-        "items_sync_failed": sum(1 for item in items if item["state"] == job_layout.STATE_SYNC_FAILED),
-        "items_total": spec["queue_length"],
+        "items_done": sum(1 for item in share["items"] if item["exit_code"] == 0),
+        "items_failed": sum(1 for item in share["items"] if item["exit_code"] not in (0, None)),
+        "items_sync_failed": sum(1 for item in share["items"] if item["state"] == job_layout.STATE_SYNC_FAILED),
+        "items_total": share["total"],
+        "items_source": share["source"],
+        "queue_items": share["ids"],
+        "queue_length": share["queue_length"],
+        "run_id": queue.get("run_id") if queue else None,
         "last_exit_code": last_exit,
         "final_status": final,
         "progress": scan["progress"],
@@ -129,6 +140,24 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
                                                       boot_epoch)
     findings.extend(item_findings(job, items, scan["not_found"]))
     return job, findings
+
+
+def share_of(queue, items, queue_length):
+    """What the job is graded against (pure): this host's share of the queue as launch recorded it (``queue``,
+    from job_layout.read_queue) when there is one, else ``queue_length`` (0: not graded) over every item status.
+
+    -> {"source": "launch" | "queue_length" | None, "total", "ids" (the share's item ids, or None), "queue_length"
+    (the whole queue), "items" (the statuses that count)}. With a record, an item status that is not in the share
+    (left by an earlier launch) does not count, and ``queue_length`` is not needed: the whole queue's length is
+    the record's."""
+    if queue:
+        ids = [entry["item"] for entry in queue["items"]]
+        length = queue.get("queue_length")
+        return {"source": "launch", "total": len(ids), "ids": ids,
+                "queue_length": length if isinstance(length, int) and not isinstance(length, bool) else None,
+                "items": [item for item in items if item["item"] in ids]}
+    return {"source": "queue_length" if queue_length else None, "total": queue_length, "ids": None,
+            "queue_length": queue_length or None, "items": items}
 
 
 def item_findings(job, items, not_found):

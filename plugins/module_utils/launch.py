@@ -17,6 +17,8 @@ wrapper calls with the profile's interpreter::
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
     code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest"}: the code that ran
+    queue.json                this host's share of the queue (queue_record; read by job_layout.read_queue): what
+                              patrol grades the job against and what teardown pulls by default
     queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten (launch_scripts.py)
     run-item-<sha12>.sh       the run wrapper for one item; never rewritten (launch_scripts.py)
     main.pid                  PID of the running item's command (the sampler reads its RSS)
@@ -75,6 +77,22 @@ def assign(queue, hosts):
         rows.append({"index": index, "item": str(index).zfill(width), "host": hosts[index % len(hosts)],
                      "arg": str(arg)})
     return rows
+
+
+def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=()):
+    """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each
+    with its output directory and durable destination (None when the sync is off), and the length of the whole
+    queue. Deterministic: the same launch gives the same record."""
+    if not isinstance(queue_length, int) or queue_length < len(items):
+        raise ValueError("queue_length %r is less than the %d item(s) of this host" % (queue_length, len(items)))
+    output_root, durable_root = output_root.rstrip("/"), (durable_root or "").rstrip("/")
+    return {
+        "version": 1, "job": name, "run_id": run_id, "host": host, "queue_length": queue_length,
+        "output_root": output_root, "durable_root": durable_root or None,
+        "best": list(best or ()), "scratch": list(scratch or ()),
+        "items": [{"item": row["item"], "arg": row["arg"], "output_dir": "%s/%s" % (output_root, row["item"]),
+                   "sync_dest": "%s/%s" % (durable_root, row["item"]) if durable_root else None} for row in items],
+    }
 
 
 def assignment_table(rows):
@@ -235,7 +253,7 @@ def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
     sync = sync or sync_core.sync
     include = list(best) + ([ITEM_LOG] if os.path.isfile(os.path.join(output_dir, ITEM_LOG)) else [])
     params = {"src": output_dir, "dest": sync_dest, "include": include, "min_free_inodes": 0, "reserve_bytes": 0}
-    chosen = _matching(output_dir, best)
+    chosen = matching_files(output_dir, best)
     if chosen:
         failed, result = sync(sync_core.Params(params))
     else:  # only the log would be copied: the item left no file to keep
@@ -244,7 +262,7 @@ def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
     if failed:
         durable = set(entry.get("path") for entry in result.get("copied") or []) | set(result.get("unchanged") or [])
         wanted = [entry["path"] for entry in result.get("files") or []] or (
-            _matching(output_dir, include) if chosen else [])
+            matching_files(output_dir, include) if chosen else [])
         status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, sync_error=result["msg"],
                       synced=list(result.get("copied") or []), unsynced=[rel for rel in wanted if rel not in durable])
         return False
@@ -254,7 +272,7 @@ def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
     return True
 
 
-def _matching(root, patterns):
+def matching_files(root, patterns):
     """The files under ``root`` (relative, ``/``-separated, sorted) whose paths match one of ``patterns``."""
     found = []
     for current, dirs, names in os.walk(root):

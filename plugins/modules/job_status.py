@@ -56,7 +56,11 @@ options:
       - It must be a regular file; a FIFO, a device or a directory fails the task.
     type: path
   queue_length:
-    description: Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
+    description:
+      - Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
+      - Only for a job that the launch role did not start. A job that it started is graded against this host's
+        share of the queue, as launch recorded it in C(queue.json) in the job directory, and this option is then
+        ignored (the whole queue's length is the record's).
     type: int
     default: 0
   jobs:
@@ -72,7 +76,10 @@ options:
         description: The job's log, when it is not the one recorded at launch (an absolute path to a regular file).
         type: path
       queue_length:
-        description: Number of queue items the job should finish; C(0) does not grade completion.
+        description:
+          - Number of queue items the job should finish; C(0) does not grade completion.
+          - Ignored for a job that the launch role started, which is graded against this host's share of the queue
+            (C(queue.json)).
         type: int
         default: 0
   progress_regex:
@@ -167,7 +174,12 @@ status:
   returned: always
   sample: FAIL
 jobs:
-  description: One entry per job, in the order given.
+  description:
+    - One entry per job, in the order given.
+    - C(items_total) is what the job is graded against. C(items_source) says where it comes from. C(launch) means
+      this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
+      C(queue_length) the length of the whole queue, C(run_id) the run). C(queue_length) means the option of that
+      name, and null means completion is not graded. With a record, only the share's items are counted.
   type: list
   elements: dict
   returned: always
@@ -179,6 +191,10 @@ jobs:
       items_failed: 1
       items_sync_failed: 0
       items_total: 24
+      items_source: queue_length
+      queue_items: null
+      queue_length: 24
+      run_id: null
       last_exit_code: null
       progress: {text: "Epoch 3/20", unit: epoch, value: 3, total: 20, line_no: 5120}
       crash_markers: [{line_no: 5133, kind: traceback, text: "Traceback (most recent call last):"}]

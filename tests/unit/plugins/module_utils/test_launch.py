@@ -210,3 +210,18 @@ def test_assign_rejects_a_string_queue():
 def test_finish_status_has_the_same_keys_as_the_provisional_one(out):
     final, _line = launch.finish_item("000", 3, "t0", str(out))
     assert set(final) == set(launch.provisional_status("000", 3, "t0", str(out)))
+
+
+def test_the_queue_record_is_this_hosts_share_with_its_roots():
+    plan = launch.assign(["a", "b", "c"], ["h2", "h1"])
+    mine = [row for row in plan if row["host"] == "h1"]
+    record = launch.queue_record(mine, "train", "h1", "exp", len(plan), "/d/outputs/exp/", "/fs/runs/exp",
+                                 best=["best*"], scratch=["latest*"])
+    assert record["items"] == [
+        {"item": "000", "arg": "a", "output_dir": "/d/outputs/exp/000", "sync_dest": "/fs/runs/exp/000"},
+        {"item": "002", "arg": "c", "output_dir": "/d/outputs/exp/002", "sync_dest": "/fs/runs/exp/002"}]
+    assert (record["queue_length"], record["run_id"], record["durable_root"], record["best"]) == (
+        3, "exp", "/fs/runs/exp", ["best*"])
+    assert launch.queue_record(mine, "train", "h1", "exp", 3, "/d", "")["items"][0]["sync_dest"] is None
+    with pytest.raises(ValueError, match="less than"):
+        launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")

@@ -60,6 +60,46 @@ def test_queue_items_against_queue_length(module_runner, tmp_path):
     assert "2/5" in [f for f in result["findings"] if f["job"] == "q"][0]["message"]
 
 
+def queue_json(job_dir, ids, queue_length):
+    items = [{"item": item, "arg": "cfg-%s" % item, "output_dir": "/o/%s" % item, "sync_dest": "/d/%s" % item}
+             for item in ids]
+    (job_dir / "queue.json").write_text(json.dumps({"version": 1, "job": job_dir.name, "run_id": "exp", "host": "h",
+                                                    "queue_length": queue_length, "items": items}))
+
+
+def test_a_job_launch_started_is_graded_on_its_own_share_of_the_queue(module_runner, tmp_path):
+    """Two hosts ran items 000, 002 and 001 of a queue of 3; each finished its share. queue_length=3 (the whole
+    queue, as the README's patrol command gives it) must not grade either host against the whole queue, and an
+    item status left by an earlier launch (007) does not count."""
+    run_dir = tmp_path / "jobs"
+    final = {"item": None, "exit_code": 0, "started": "a", "finished": "b"}
+    queue_json(make_job(run_dir, "a", final=final, items=[("000", 0), ("002", 0), ("007", 1)]), ["000", "002"], 3)
+    queue_json(make_job(run_dir, "b", final=final, items=[("001", 0)]), ["001"], 3)
+    make_job(run_dir, "c", final=final, items=[("001", 0)])  # not started by launch: queue_length grades it
+    wanted = [{"name": "a", "queue_length": 3}, {"name": "b", "queue_length": 3}, {"name": "c", "queue_length": 3}]
+    result = report(module_runner, {"run_dir": str(run_dir), "jobs": wanted})
+    a, b, c = result["jobs"]
+    assert (a["items_done"], a["items_failed"], a["items_total"], a["items_source"]) == (2, 0, 2, "launch")
+    assert (a["queue_items"], a["queue_length"], a["run_id"]) == (["000", "002"], 3, "exp")
+    assert (b["items_done"], b["items_total"]) == (1, 1)
+    assert (c["items_done"], c["items_total"], c["items_source"], c["queue_items"]) == (1, 3, "queue_length", None)
+    by_job = {(f["job"], f["code"]) for f in result["findings"]}
+    assert by_job == {("a", "job_finished"), ("b", "job_finished"), ("c", "job_gone_incomplete")}
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"version": 2, "items": [{"item": "000"}]}',
+                                  '{"version": 1, "items": []}', '{"version": 1, "items": [{"item": "../x"}]}',
+                                  '{"version": 1, "items": [{"item": "000"}, {"item": "000"}]}'])
+def test_a_queue_record_launch_did_not_write_is_a_warning_not_a_grade(module_runner, tmp_path, text):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "q", items=[("000", 0)])
+    (job_dir / "queue.json").write_text(text)
+    result = report(module_runner, {"run_dir": str(run_dir), "jobs": [{"name": "q", "queue_length": 2}]})
+    (job,) = result["jobs"]
+    assert (job["items_total"], job["items_source"]) == (2, "queue_length")
+    assert "queue_record_invalid" in codes(result) and "job_gone_incomplete" in codes(result)
+
+
 def test_missing_job_and_bad_input(module_runner, tmp_path):
     result = report(module_runner, {"name": "nope", "run_dir": str(tmp_path)})
     assert codes(result) == ["job_missing"] and result["status"] == "FAIL"
