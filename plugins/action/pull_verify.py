@@ -47,6 +47,26 @@ def prepare_pull_dir(dest, data_dir, verified_path):
     return None
 
 
+def read_pulled_manifest(path, box_sha256):
+    """(manifest, None) of the manifest pulled to ``path`` when its sha256 is the box's, else (None, message)."""
+    try:
+        with open_regular(path) as handle:
+            raw = handle.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        return None, "cannot read the pulled manifest %s: %s" % (path, exc.strerror)
+    if len(raw) > MAX_MANIFEST_BYTES:
+        return None, ("the pulled manifest %s is larger than %d bytes, which no roster needs; run pull_manifest "
+                      "again and pull again" % (path, MAX_MANIFEST_BYTES))
+    pulled_sha = hashlib.sha256(raw).hexdigest()
+    if pulled_sha != box_sha256:
+        return None, ("the pulled manifest's sha256 %s differs from the box's %s: the manifest changed during the "
+                      "pull; run pull_manifest and pull again" % (pulled_sha, box_sha256))
+    try:
+        return mf.load_manifest(raw.decode("utf-8")), None
+    except (mf.ManifestError, UnicodeDecodeError) as exc:
+        return None, "the pulled manifest is not valid: %s" % to_native(exc)
+
+
 class ActionModule(DocumentedAction):
     DOCUMENTATION = MODULE_DOCUMENTATION
 
@@ -60,14 +80,15 @@ class ActionModule(DocumentedAction):
         verified_path = os.path.join(dest, teardown.VERIFIED_NAME)
         result.update(pull_dir=dest, verified_path=verified_path, problems=[], verified=False, changed=False)
         try:  # before anything is removed or pulled: no option, no whole filesystem reaches rsync
-            rsync.check_path(args["src"], "src")
+            if args["src"] is not None:
+                rsync.check_path(args["src"], "src")
             rsync.check_path(args["manifest_path"], "manifest_path")
             rsync.check_timeout(args["timeout"])
         except rsync.RsyncError as exc:
             return dict(result, failed=True, msg=str(exc))
         if self._task.check_mode:
             result.update(changed=True, msg="would pull %s:%s into %s and verify it against %s" % (
-                host, args["src"], data_dir, args["manifest_path"]))
+                host, args["src"] or "(the manifest's sources)", data_dir, args["manifest_path"]))
             return result
 
         # A verification that fails now must not leave an older PULL_VERIFIED.json opening the gate.
@@ -76,28 +97,18 @@ class ActionModule(DocumentedAction):
             return dict(result, failed=True, msg=error)
         local_manifest = os.path.join(dest, teardown.MANIFEST_NAME)
         if args["pull"]:
-            for remote, local, recursive in ((args["src"].rstrip("/") + "/", data_dir + "/", True),
-                                             (args["manifest_path"], local_manifest, False)):
-                error = self._rsync(remote, local, recursive, args["timeout"], task_vars)
-                if error:
-                    return dict(result, failed=True, msg=error)
-
-        try:
-            with open_regular(local_manifest) as handle:
-                raw = handle.read(MAX_MANIFEST_BYTES + 1)
-        except OSError as exc:
-            return dict(result, failed=True, msg="cannot read the pulled manifest %s: %s" % (local_manifest, exc.strerror))
-        if len(raw) > MAX_MANIFEST_BYTES:
-            return dict(result, failed=True, msg="the pulled manifest %s is larger than %d bytes, which no roster "
-                        "needs; run pull_manifest again and pull again" % (local_manifest, MAX_MANIFEST_BYTES))
-        pulled_sha = hashlib.sha256(raw).hexdigest()
-        if pulled_sha != args["manifest_sha256"]:
-            return dict(result, failed=True, msg="the pulled manifest's sha256 %s differs from the box's %s: the manifest "
-                        "changed during the pull; run pull_manifest and pull again" % (pulled_sha, args["manifest_sha256"]))
-        try:
-            manifest = mf.load_manifest(raw.decode("utf-8"))
-        except (mf.ManifestError, UnicodeDecodeError) as exc:
-            return dict(result, failed=True, msg="the pulled manifest is not valid: %s" % to_native(exc))
+            error = self._rsync(args["manifest_path"], local_manifest, [], args["timeout"], task_vars)
+            if error:
+                return dict(result, failed=True, msg=error)
+        manifest, error = read_pulled_manifest(local_manifest, args["manifest_sha256"])
+        if error:
+            return dict(result, failed=True, msg=error)
+        sources = manifest.get("sources")
+        if args["pull"]:
+            error = self._pull_files(sources, args, data_dir, dest, task_vars)
+            if error:
+                return dict(result, failed=True, msg=error)
+        pulled_sha = args["manifest_sha256"]
 
         try:
             # links inside the pull that lead to a pulled file become real files (see manifest.materialize_links)
@@ -105,7 +116,8 @@ class ActionModule(DocumentedAction):
         except OSError as exc:
             return dict(result, failed=True, msg="cannot turn the symbolic links of the pull in %s into files: %s; "
                         "check that the pull directory is writable, or remove it and pull again" % (data_dir, exc))
-        problems = mf.verify_directory(manifest, data_dir, allow_extra=args["allow_extra"], use_torch=args["use_torch"])
+        problems = mf.verify_directory(manifest, data_dir, allow_extra=args["allow_extra"] or bool(sources),
+                                       use_torch=args["use_torch"])
         result["problems"] = problems
         if problems:
             shown = "; ".join("%s %s: %s" % (p["code"], p["path"], p["message"]) for p in problems[:10])
@@ -132,12 +144,42 @@ class ActionModule(DocumentedAction):
                       msg="pulled and verified %d file(s), %d bytes" % (len(manifest["files"]), record["total_bytes"]))
         return result
 
-    def _rsync(self, remote, local, recursive, timeout, task_vars):
+    def _pull_files(self, sources, args, data_dir, dest, task_vars):
+        """Pull the result root (``src``, whole) or each source of the manifest (only its listed paths, into
+        ``data/<label>/``); an error message or None."""
+        if not sources:
+            if not args["src"]:
+                return ("src is required: the manifest has one root; give the result root on the box that "
+                        "pull_manifest described")
+            return self._rsync(args["src"].rstrip("/") + "/", data_dir + "/", ["--delete"], args["timeout"],
+                               task_vars)
+        for source in sources:
+            try:
+                rsync.check_path(source["root"], "the manifest's %s root" % source["label"])
+            except rsync.RsyncError as exc:
+                return str(exc)
+            listing = os.path.join(dest, ".transfer-%s" % source["label"])
+            local = os.path.join(data_dir, source["label"])
+            try:
+                os.makedirs(local, exist_ok=True)
+                write_atomic(listing, "".join(rel + "\0" for rel in source["transfer"]))
+            except OSError as exc:
+                return "cannot prepare the pull of %s in %s: %s" % (source["label"], dest, exc)
+            try:
+                error = self._rsync(source["root"].rstrip("/") + "/", local + "/",
+                                    ["--files-from=" + listing, "--from0"], args["timeout"], task_vars)
+            finally:
+                os.unlink(listing)
+            if error:
+                return error
+        return None
+
+    def _rsync(self, remote, local, extra, timeout, task_vars):
         """Resumable rsync from the box; returns an error message or None."""
         # No device or special file of the box is recreated on the controller, and no link that leaves the tree is
         # copied (the verifier then reports the roster entry as missing instead of following it).
         flags = ["-a", "--partial", "--partial-dir=.rsync-partial", "--no-devices", "--no-specials", "--safe-links"]
-        flags += ["--delete"] if recursive else []
+        flags += extra
         target = rsync.Target.from_connection(self._connection, task_vars)
         try:
             rsync.run_rsync(rsync.rsync_argv(flags, target, remote, local, pushing=False), timeout, remote)

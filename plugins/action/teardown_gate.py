@@ -19,6 +19,12 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         host = task_vars["inventory_hostname"]
         approvals, approval_error = teardown.parse_approvals(args["approve"])
+        if not args["run_id"]:  # the manifest that would name it could not be written
+            refusal = teardown.refusal("manifest_unknown", "no run id: the box's manifest could not be written%s" % (
+                " (%s)" % args["reason"] if args["reason"] else "; run pull_manifest first"))
+            msg = "teardown refused for %s: %s: %s" % (host, refusal["code"], refusal["message"])
+            return dict(result, failed=not self._task.check_mode, open=False, refusals=[refusal], pull_dir=None,
+                        approved=host in approvals, msg="check mode: " + msg if self._task.check_mode else msg)
         try:
             directory = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])
         except ValueError as exc:

@@ -212,7 +212,41 @@ def validate_manifest(data):
         digest = item.get("sha256")
         if not isinstance(digest, str) or len(digest) != 64:
             raise ManifestError("manifest entry %s has no valid 'sha256'" % rel)
+    validate_sources(data)
     return data
+
+
+# A manifest of several roots (pull_manifest's launch mode): ``sources`` is ``[{"label", "root", "transfer"}]``;
+# each file's path starts with its source's label (``durable/000/best.pt``), and ``transfer`` lists the paths
+# (relative to that root) to pull: the files, and the targets of those that are links inside the root.
+SOURCE_LABELS = ("durable", "unsynced")
+
+
+def validate_sources(data):
+    """Check ``sources`` of a manifest (absent: one root); returns it or None; ManifestError when malformed."""
+    sources = data.get("sources")
+    if sources is None:
+        return None
+    if not isinstance(sources, list) or not sources:
+        raise ManifestError("the manifest's 'sources' is not a non-empty list")
+    labels = []
+    for source in sources:
+        if not isinstance(source, dict) or source.get("label") not in SOURCE_LABELS or source["label"] in labels:
+            raise ManifestError("a manifest source is not one of %s, or is listed twice: %r"
+                                % (", ".join(SOURCE_LABELS), source))
+        root, transfer = source.get("root"), source.get("transfer")
+        if not isinstance(root, str) or not root.startswith("/") or not isinstance(transfer, list) or not transfer:
+            raise ManifestError("manifest source %s needs an absolute 'root' and a non-empty 'transfer' list"
+                                % source["label"])
+        for rel in transfer:
+            if normalize_rel(rel) != rel:
+                raise ManifestError("manifest source %s transfers %r, which is not a clean relative path"
+                                    % (source["label"], rel))
+        labels.append(source["label"])
+    for item in data["files"]:
+        if item["path"].split("/")[0] not in labels:
+            raise ManifestError("manifest path %s is under none of the sources %s" % (item["path"], ", ".join(labels)))
+    return sources
 
 
 def load_manifest(text):

@@ -21,6 +21,15 @@ description:
   - The manifest lists at least one file; an empty roster is refused.
   - The manifest is written atomically (a temporary file in the same directory, fsync, then C(os.replace)). It is
     deterministic (sorted keys and paths, no timestamp), so an unchanged root gives C(changed=false).
+  - "With O(job) instead of a roster (launch mode): the results that the C(remote_gpu.trainer.launch) role recorded
+    for this host, with no hand-written roster. From the job's C(queue.json) (this host's share of the queue) and
+    its items' status files, the manifest lists the files each item synced to the durable tier, with the bytes and
+    sha256 recorded at sync time (checked for their size on the box, not hashed again), under C(durable/<item>/),
+    and what would die with the box: the outputs on the data disk that never reached the durable tier (the
+    unsynced files of an item whose sync failed, and the files matching the best patterns of an item that failed,
+    never finished or ran with the sync off), hashed now, under C(unsynced/<item>/). Only this host's items are
+    listed, so hosts that share a durable directory never see each other's files. A job that still runs is
+    refused: stop it or wait for it."
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
 attributes:
@@ -40,28 +49,41 @@ notes:
     refused without reading it."
 options:
   root:
-    description: The result root on the target; roster paths are relative to it. It cannot be V(/).
+    description:
+      - The result root on the target; roster paths are relative to it. It cannot be V(/).
+      - Required with O(roster) or O(roster_file); not used with O(job).
     type: path
-    required: true
   roster:
     description:
       - The files that must be pulled, as paths relative to O(root).
-      - Exactly one of O(roster) and O(roster_file) is required.
+      - Exactly one of O(roster), O(roster_file) and O(job) is required.
     type: list
     elements: str
   roster_file:
     description:
       - A file on the target with one path relative to O(root) per line. Blank lines and lines starting with C(#)
         are ignored.
-      - Exactly one of O(roster) and O(roster_file) is required.
+      - Exactly one of O(roster), O(roster_file) and O(job) is required.
     type: path
+  job:
+    description:
+      - The name of a job that the launch role started (its C(launch_name)): pull what launch recorded for this
+        host (see the description). Exactly one of O(roster), O(roster_file) and O(job) is required.
+    type: str
+  run_dir:
+    description: The directory of the job directories, with O(job) (launch's C(launch_run_dir)).
+    type: path
+    default: ~/.trainer/jobs
   manifest_path:
     description:
       - Where to write the manifest. It must lie outside O(root) (the task refuses otherwise).
-      - Defaults to C(<dirname of root>/PULL_MANIFEST.<basename of root>.json).
+      - Defaults to C(<dirname of root>/PULL_MANIFEST.<basename of root>.json), and with O(job) to
+        C(PULL_MANIFEST.json) in the job directory.
     type: path
   run_id:
-    description: An identifier of the run, recorded in the manifest as C(run_id).
+    description:
+      - An identifier of the run, recorded in the manifest as C(run_id).
+      - With O(job) it defaults to the run id that launch recorded, and a different one is refused.
     type: str
 """
 
@@ -74,6 +96,11 @@ EXAMPLES = r"""
       - last.safetensors
       - metrics.json
     run_id: exp42
+  register: pull
+
+- name: What launch recorded for this host (its items' synced files, and the unsynced outputs on the data disk)
+  remote_gpu.trainer.pull_manifest:
+    job: train
   register: pull
 
 - name: Roster kept in a file; the manifest goes next to the root
@@ -116,6 +143,20 @@ file_count:
   type: int
   returned: always
   sample: 3
+run_id:
+  description: The run id recorded in the manifest (with O(job), launch's).
+  type: str
+  returned: always
+  sample: exp42
+items:
+  description:
+    - With O(job), each item of this host's share with its state (C(done), C(sync_failed), C(failed) or
+      C(not_finished)) and how many of its files come from the durable tier and from the data disk (C(unsynced)). Empty
+      otherwise.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"item": "000", "state": "done", "durable": 2, "unsynced": 0}]
 msg:
   description: A summary; on failure, what is wrong and what to do.
   type: str
@@ -128,6 +169,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, launch_results
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind, open_regular
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.manifest import (
@@ -162,19 +204,67 @@ def current_bytes(path):
         return None
 
 
-def run(module, result):
-    """Build the manifest and write it unless it is unchanged. Fills ``result``; raises ManifestError (only)."""
-    params = module.params
+def roster_manifest(_module, params):
+    """(manifest, default manifest path, the root it must lie outside) of a hand-written roster."""
+    if not params["root"]:
+        raise ManifestError("root is required with roster or roster_file: give the run's result directory")
     root = os.path.normpath(check_path("root", params["root"]))
     if not os.path.isdir(root):
         raise ManifestError("root %s is not a directory" % root)
     if os.path.realpath(root) == os.sep:
         raise ManifestError("root %s is the whole filesystem; give the run's result directory" % root)
-    path = check_path("manifest_path", params["manifest_path"] or default_manifest_path(root))
-    result["manifest_path"] = path
-    if inside(path, root):
-        raise ManifestError("manifest_path %s lies inside root %s; write it outside the root so that it is not "
-                            "part of what it describes" % (path, root))
+    roster = (params["roster"] if params["roster"] is not None
+              else read_roster_file(check_path("roster_file", params["roster_file"])))
+    manifest = build_manifest(root, roster)
+    manifest["run_id"] = params["run_id"]
+    return manifest, default_manifest_path(root), [root], []
+
+
+def job_manifest(module, params):
+    """(manifest, default manifest path, roots, items) of what launch recorded for this host's job."""
+    if params["root"]:
+        raise ManifestError("root is not used with job: the roots are the ones launch recorded; drop root, or give "
+                            "a roster instead of job")
+    name = params["job"]
+    if job_layout.name_problem(name):
+        raise ManifestError(job_layout.name_problem(name))
+    paths = job_layout.job_paths(job_layout.resolve_run_dir(check_path("run_dir", params["run_dir"]), ManifestError),
+                                 name)
+    queue, problem = job_layout.read_queue(paths)
+    if queue is None:
+        raise ManifestError(problem or "%s does not exist: job %s was not started by the launch role on this host "
+                            "(or run_dir is not launch_run_dir); give a roster and a root instead" % (
+                                paths["queue_file"], name))
+    _pid, alive = job_layout.liveness(paths, lambda: job_layout.tmux_has_session(
+        module.run_command, module.get_bin_path("tmux"), name))
+    if alive:
+        raise ManifestError("job %s is still running on this host: its results are not final. Wait until patrol "
+                            "says DONE, or stop it with remote_gpu.trainer.detached_job (state: stopped), then "
+                            "tear down" % name)
+    recorded = queue.get("run_id")
+    if params["run_id"] and params["run_id"] != recorded:
+        raise ManifestError("run_id %s is not the run of job %s on this host, which launch recorded as %s" % (
+            params["run_id"], name, recorded))
+    try:
+        manifest, wanted = launch_results.build(queue, launch_results.read_statuses(paths, queue))
+    except OSError as exc:
+        raise ManifestError("cannot read a result of job %s: %s" % (name, exc)) from exc
+    manifest["run_id"] = recorded
+    return manifest, os.path.join(paths["job_dir"], "PULL_MANIFEST.json"), \
+        [source["root"] for source in manifest["sources"]], wanted["items"]
+
+
+def run(module, result):
+    """Build the manifest and write it unless it is unchanged. Fills ``result``; raises ManifestError (only)."""
+    params = module.params
+    build = job_manifest if params["job"] else roster_manifest
+    manifest, default_path, roots, items = build(module, params)
+    path = check_path("manifest_path", params["manifest_path"] or default_path)
+    result.update(manifest_path=path, items=items, run_id=manifest.get("run_id"))
+    for root in roots:
+        if inside(path, root):
+            raise ManifestError("manifest_path %s lies inside root %s; write it outside the root so that it is not "
+                                "part of what it describes" % (path, root))
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -182,10 +272,6 @@ def run(module, result):
     if mode is not None and not stat.S_ISREG(mode):
         raise ManifestError("manifest_path %s is a %s, not a regular file; give a file path outside the root"
                             % (path, file_kind(mode)))
-    roster = (params["roster"] if params["roster"] is not None
-              else read_roster_file(check_path("roster_file", params["roster_file"])))
-    manifest = build_manifest(root, roster)
-    manifest["run_id"] = params["run_id"]
     data = manifest_bytes(manifest)
     result.update(manifest=manifest, sha256=hashlib.sha256(data).hexdigest(),
                   total_bytes=manifest["total_bytes"], file_count=len(manifest["files"]))
@@ -203,14 +289,16 @@ def run(module, result):
 def build_module():
     module = AnsibleModule(
         argument_spec=dict(
-            root=dict(type="path", required=True),
+            root=dict(type="path"),
             roster=dict(type="list", elements="str"),
             roster_file=dict(type="path"),
+            job=dict(type="str"),
+            run_dir=dict(type="path", default="~/.trainer/jobs"),
             manifest_path=dict(type="path"),
             run_id=dict(type="str"),
         ),
-        mutually_exclusive=[("roster", "roster_file")],
-        required_one_of=[("roster", "roster_file")],
+        mutually_exclusive=[("roster", "roster_file", "job")],
+        required_one_of=[("roster", "roster_file", "job")],
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
@@ -219,7 +307,8 @@ def build_module():
 
 def main():
     module = build_module()
-    result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, msg="")
+    result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, run_id=None,
+                  items=[], msg="")
     try:
         run(module, result)
     except ManifestError as exc:
@@ -227,6 +316,9 @@ def main():
         result["msg"] = "pull_manifest failed: %s" % exc
         module.fail_json(**result)
     result["msg"] = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
+    if result["items"]:
+        result["msg"] += " from launch's record of items %s" % ", ".join(
+            "%s (%s)" % (item["item"], item["state"]) for item in result["items"])
     module.exit_json(**result)
 
 

@@ -32,9 +32,11 @@ attributes:
     details: Reports what it would pull and verify; pulls and writes nothing.
 options:
   src:
-    description: The result root on the box.
+    description:
+      - The result root on the box, pulled whole (C(rsync -a --delete)).
+      - Required for a manifest of one root. A manifest of several sources (M(remote_gpu.trainer.pull_manifest)
+        with O(remote_gpu.trainer.pull_manifest#module:job)) names its roots itself, and O(src) is ignored.
     type: str
-    required: true
   manifest_path:
     description: Path of the manifest on the box, as M(remote_gpu.trainer.pull_manifest) returned it.
     type: str
@@ -52,7 +54,10 @@ options:
     type: path
     default: pulls
   allow_extra:
-    description: Accept files in the pull that the roster does not list.
+    description:
+      - Accept files in the pull that the roster does not list.
+      - A manifest of several sources always accepts them. Only its listed files are pulled (C(rsync
+        --files-from)), so an extra file is one left by an earlier pull, or the target of a listed link.
     type: bool
     default: false
   pull:
@@ -69,6 +74,9 @@ options:
     default: 3600
 notes:
   - Needs C(rsync) on the controller and on the box.
+  - "Order: the manifest is pulled first and checked against O(manifest_sha256), then the files. A manifest of
+    several sources is pulled source by source into C(data/<label>/) (C(data/durable/000/best.pt),
+    C(data/unsynced/001/best.pt)), only the files it lists."
   - "Paths: O(src) and O(manifest_path) must be absolute paths on the box, not C(/), with no C(..) part, newline or
     NUL; they reach rsync after C(--), never as options. The pull recreates no device or special file and copies no
     link that leaves the result root."

@@ -18,10 +18,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, needs_root, started_fleet
-from lab_teardown_support import fill_inodes
-from test_launch_lab import launch, read_json, runs, wait_finished
-# src is a fixture (the training script and its git repository), used by name
-from test_launch_lab import src  # noqa: F401  # pylint: disable=unused-import
+from lab_teardown_support import fill_inodes, safetensors_bytes
+from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -30,6 +28,20 @@ DURABLE_INODES = 64
 FLAG = "/root/go-s0"
 STATUS = "~/.trainer/jobs/train/items/000/status.json"
 EXTRA = {"launch_queue": ["s0 --wait %s" % FLAG]}
+
+
+# launch_lab's training script, with a real checkpoint as best.pt (teardown checks that every checkpoint loads)
+BEST = safetensors_bytes()
+WRITE_BEST = 'printf \'best-%s\' "$name" > "$TRAINER_OUTPUT_DIR/best.pt"'
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    assert WRITE_BEST in TRAIN_SH
+    root = tmp_path_factory.mktemp("src")
+    (root / "train.sh").write_text(TRAIN_SH.replace(WRITE_BEST, 'cp best.safetensors "$TRAINER_OUTPUT_DIR/best.pt"'))
+    (root / "best.safetensors").write_bytes(BEST)
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +56,17 @@ def durable_mount(fleet):
     return os.path.join(fleet.state, "regions", "%s-%s" % (hv["lab_platform"], hv["lab_region"]))
 
 
-def patrol(fleet, tmp_path):
-    report = tmp_path / "patrol.json"
+def run_playbook(fleet, cwd, name, *args):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
-                           os.path.join(REPO, "playbooks", "patrol.yml"), "-e", "patrol_queue_length=1",
-                           "-e", "patrol_report_path=%s" % report], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+    return subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                           os.path.join(REPO, "playbooks", name), *args], capture_output=True, text=True, env=env,
+                          cwd=str(cwd), stdin=subprocess.DEVNULL, timeout=300, check=False)
+
+
+def patrol(fleet, tmp_path):
+    report = tmp_path / "patrol.json"
+    proc = run_playbook(fleet, tmp_path, "patrol.yml", "-e", "patrol_report_path=%s" % report)
     rows = {row["host"]: row for row in json.loads(report.read_text())["hosts"]}
     return proc, rows[HOST]
 
@@ -69,7 +84,7 @@ def test_a_full_durable_tier_never_causes_retraining(fleet, src, tmp_path):
     assert (status["exit_code"], status["command_exit_code"]) == (1, 0)
     output_dir = status["output_dir"]
     trained = fleet.ssh(HOST, "sha256sum %s/best.pt" % output_dir).stdout.split()[0]
-    assert trained == hashlib.sha256(b"best-s0").hexdigest()
+    assert trained == hashlib.sha256(BEST).hexdigest()
 
     # Relaunch while the durable tier is still full: only the sync is retried, the command does not run again.
     launch(fleet, src, extra=EXTRA)
@@ -88,6 +103,18 @@ def test_a_full_durable_tier_never_causes_retraining(fleet, src, tmp_path):
     assert len(sync_failed) == 1 and sync_failed[0]["level"] == "FAIL" and sync_failed[0]["item"] == "000"
     assert "best.pt" in sync_failed[0]["message"] and "inodes" in sync_failed[0]["message"]
     assert "(1 trained, not synced)" in row["line"]
+
+    # Teardown now, with no roster: what would die with the box (the trained files on the data disk that never
+    # reached the durable tier) is pulled and verified before the meter stops, once.
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    proc = run_playbook(fleet, laptop, "teardown.yml", "-e", "teardown_approve=%s" % HOST)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    pulled = laptop / "pulls" / HOST / "train"
+    verified = json.loads((pulled / "PULL_VERIFIED.json").read_text())
+    assert sorted(f["path"] for f in verified["files"]) == ["unsynced/000/best.pt", "unsynced/000/trainer-item.log"]
+    assert hashlib.sha256((pulled / "data" / "unsynced" / "000" / "best.pt").read_bytes()).hexdigest() == trained
+    assert [line["argv"] for line in fleet.meter(HOST)] == [["shutdown", "-h", "now"]]
 
     # Free the inodes, relaunch: the sync completes, still without a second run of the command.
     shutil.rmtree(filler)

@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What teardown pulls from a host by default: the results that launch recorded there.
+
+From the job's ``queue.json`` (this host's share of the queue, job_layout.read_queue) and its items' status files:
+
+* ``durable``: the files each item synced to ``<durable_root>/<item>/``, with the bytes and sha256 recorded at
+  sync time (they are not hashed again on the box: the pull is verified against them);
+* ``unsynced``: what would die with the box, the outputs on the data disk that never reached the durable tier: the
+  unsynced files of an item that trained but failed to sync, and the files matching the best patterns of an item
+  that failed, never finished, or ran with the sync off.
+
+Only this host's items are listed, so two hosts that share a durable directory (AutoDL, one region) never see
+each other's files. :func:`plan` is pure; :func:`build` checks the plan against the box and returns a manifest of
+two sources (manifest.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import matching_files
+
+
+def _synced(status):
+    """The verified copies an item's status records: ``[{path, bytes, sha256}]`` (malformed entries dropped)."""
+    found = []
+    for entry in status.get("synced") or []:
+        if (isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("sha256"), str)
+                and isinstance(entry.get("bytes"), int) and not isinstance(entry.get("bytes"), bool)):
+            found.append(entry)
+    return found
+
+
+def _strings(value):
+    return [entry for entry in value if isinstance(entry, str)] if isinstance(value, list) else []
+
+
+def plan(queue, statuses, matching):
+    """The files to pull for the share in ``queue`` (pure).
+
+    ``statuses`` maps an item id to its status.json dict (absent: the item never finished); ``matching(dir,
+    patterns)`` lists the files under an output directory that match the best patterns. Returns
+    ``{"durable": [{path, bytes, sha256}], "unsynced": [path], "items": [{item, state, durable, unsynced}]}`` with paths
+    ``<item>/<file>`` relative to the durable root and to the output root.
+    """
+    durable, unsynced, items = [], [], []
+    best = _strings(queue.get("best"))
+    for entry in queue["items"]:
+        item = entry["item"]
+        status = statuses.get(item)
+        state = job_layout.item_state(status) or "not_finished"
+        if state == job_layout.STATE_DONE and status.get("sync_dest"):
+            copies, left = _synced(status), []
+        elif state == job_layout.STATE_SYNC_FAILED:
+            copies, left = _synced(status), _strings(status.get("unsynced"))
+        else:  # failed, never finished, or done with the sync off: only the data disk has its outputs
+            output_dir = entry.get("output_dir")
+            copies, left = [], matching(output_dir, best) if best and isinstance(output_dir, str) else []
+        kept = [copy for copy in copies if copy["path"] not in left]
+        durable += [dict(copy, path="%s/%s" % (item, copy["path"])) for copy in kept]
+        unsynced += ["%s/%s" % (item, rel) for rel in left]
+        items.append({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)})
+    return {"durable": durable, "unsynced": unsynced, "items": items}
+
+
+def read_statuses(paths, queue):
+    """The status.json dict of each item of the share that has one."""
+    found = {}
+    for entry in queue["items"]:
+        record = job_layout.read_record(job_layout.item_status_path(paths["items_dir"], entry["item"]))
+        if record is not None:
+            found[entry["item"]] = record
+    return found
+
+
+def _durable_entry(root, copy):
+    """A recorded copy checked on the box: a regular file inside the root with the recorded bytes."""
+    real = mf.resolve_entry(root, mf.normalize_rel(copy["path"]))
+    size = os.stat(real).st_size
+    if size != copy["bytes"]:
+        raise mf.ManifestError("the durable copy %s has %d bytes, but %d were verified at sync time: it changed "
+                               "after the sync; find out why before you tear the box down" % (
+                                   os.path.join(root, copy["path"]), size, copy["bytes"]))
+    return {"path": "durable/" + copy["path"], "bytes": size, "sha256": copy["sha256"]}
+
+
+def _unsynced_entry(root, rel):
+    """(manifest entry, paths to transfer) of an output on the data disk, hashed now."""
+    rel = mf.normalize_rel(rel)
+    real = mf.resolve_entry(root, rel)
+    digest, size = sha256_file(real)
+    target = os.path.relpath(real, os.path.realpath(root)).replace(os.sep, "/")
+    return {"path": "unsynced/" + rel, "bytes": size, "sha256": digest}, sorted(set([rel, target]))
+
+
+def build(queue, statuses, matching=matching_files):
+    """(manifest, plan) of the share: the recorded durable copies and the unsynced outputs, as a manifest of the
+    sources ``durable`` (``queue["durable_root"]``) and ``unsynced`` (``queue["output_root"]``, the data disk).
+    ManifestError when there is nothing to pull or a file is not what the record says."""
+    wanted = plan(queue, statuses, matching)
+    files, sources = [], []
+    for label, root, entries in (("durable", queue.get("durable_root"), wanted["durable"]),
+                                 ("unsynced", queue.get("output_root"), wanted["unsynced"])):
+        if not entries:
+            continue
+        if not isinstance(root, str) or not os.path.isabs(root):
+            raise mf.ManifestError("the queue record names no absolute %s root (%r)" % (label, root))
+        transfer = []
+        for entry in entries:
+            if label == "durable":
+                files.append(_durable_entry(root, entry))
+                transfer.append(entry["path"])
+            else:
+                record, paths = _unsynced_entry(root, entry)
+                files.append(record)
+                transfer += paths
+        sources.append({"label": label, "root": root, "transfer": sorted(set(transfer))})
+    if not files:
+        states = ", ".join("%s %s" % (item["item"], item["state"]) for item in wanted["items"])
+        raise mf.ManifestError("launch recorded items %s on this host, and none left a file to pull (no synced "
+                               "copy, no output matching %s): nothing proves the results are safe; check the job's "
+                               "log, or give teardown a roster" % (states, _strings(queue.get("best"))))
+    files.sort(key=lambda item: item["path"])
+    manifest = {"version": mf.MANIFEST_VERSION, "root": None, "sources": sources, "files": files,
+                "total_bytes": sum(item["bytes"] for item in files)}
+    return mf.validate_manifest(manifest), wanted

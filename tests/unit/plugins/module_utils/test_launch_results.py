@@ -1,0 +1,160 @@
+"""What teardown pulls by default: launch's record of this host's items (module_utils/launch_results.py), and
+pull_manifest's launch mode on a job directory laid out as launch and the run wrapper leave it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_results
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
+from ansible_collections.remote_gpu.trainer.plugins.modules import pull_manifest
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def copy(path, data):
+    return {"path": path, "bytes": len(data), "sha256": sha(data)}
+
+
+def queue(ids, output_root="/data/outputs/exp", durable_root="/fs/runs/exp"):
+    return {"version": 1, "job": "train", "run_id": "exp", "host": "h", "queue_length": 5, "best": ["best*"],
+            "output_root": output_root, "durable_root": durable_root,
+            "items": [{"item": i, "arg": "", "output_dir": "%s/%s" % (output_root, i),
+                       "sync_dest": "%s/%s" % (durable_root, i) if durable_root else None} for i in ids]}
+
+
+def test_the_plan_takes_synced_copies_from_the_record_and_what_would_die_from_the_data_disk():
+    statuses = {
+        "000": {"exit_code": 0, "state": "done", "sync_dest": "/fs/runs/exp/000",
+                "synced": [copy("best.pt", b"b0"), copy("trainer-item.log", b"log")]},
+        "002": {"exit_code": 1, "command_exit_code": 0, "state": "sync_failed", "sync_dest": "/fs/runs/exp/002",
+                "synced": [copy("best.json", b"j")], "unsynced": ["best.pt"]},
+        "004": {"exit_code": 3, "state": "failed"},
+    }
+    seen = []
+
+    def matching(directory, patterns):
+        seen.append((directory, patterns))
+        return ["best.pt"] if directory.endswith(("004", "006")) else []
+    plan = launch_results.plan(queue(["000", "002", "004", "006", "008"]), statuses, matching)
+    assert plan["durable"] == [copy("000/best.pt", b"b0"), copy("000/trainer-item.log", b"log"),
+                               copy("002/best.json", b"j")]
+    assert plan["unsynced"] == ["002/best.pt", "004/best.pt", "006/best.pt"]
+    assert [(i["item"], i["state"], i["durable"], i["unsynced"]) for i in plan["items"]] == [
+        ("000", "done", 2, 0), ("002", "sync_failed", 1, 1), ("004", "failed", 0, 1),
+        ("006", "not_finished", 0, 1), ("008", "not_finished", 0, 0)]
+    # a done item is never looked for on the data disk: its verified copies are the result
+    assert [d for d, _ in seen] == ["/data/outputs/exp/004", "/data/outputs/exp/006", "/data/outputs/exp/008"]
+
+
+def test_with_the_sync_off_the_outputs_on_the_data_disk_are_the_results():
+    plan = launch_results.plan(queue(["000"], durable_root=None), {"000": {"exit_code": 0, "state": "done"}},
+                               lambda directory, patterns: ["best.pt"])
+    assert (plan["durable"], plan["unsynced"]) == ([], ["000/best.pt"])
+
+
+@pytest.fixture
+def box(tmp_path):
+    """Two roots as launch leaves them: item 000 synced, item 002 trained but not synced, best.pt a link."""
+    out, fs = tmp_path / "data" / "outputs" / "exp", tmp_path / "fs" / "runs" / "exp"
+    (fs / "000").mkdir(parents=True)
+    (fs / "000" / "best.pt").write_bytes(b"best-0")
+    (out / "002").mkdir(parents=True)
+    (out / "002" / "epoch_3.pt").write_bytes(b"epoch-3")
+    os.symlink("epoch_3.pt", str(out / "002" / "best.pt"))
+    record = queue(["000", "002"], output_root=str(out), durable_root=str(fs))
+    statuses = {"000": {"exit_code": 0, "state": "done", "sync_dest": str(fs / "000"),
+                        "synced": [copy("best.pt", b"best-0")]},
+                "002": {"exit_code": 1, "command_exit_code": 0, "state": "sync_failed", "unsynced": ["best.pt"],
+                        "synced": []}}
+    return {"queue": record, "statuses": statuses, "out": out, "fs": fs}
+
+
+def test_the_manifest_has_a_source_per_root_and_transfers_the_target_of_a_link(box):
+    manifest, _plan = launch_results.build(box["queue"], box["statuses"])
+    assert manifest["files"] == [copy("durable/000/best.pt", b"best-0"), copy("unsynced/002/best.pt", b"epoch-3")]
+    assert manifest["sources"] == [
+        {"label": "durable", "root": str(box["fs"]), "transfer": ["000/best.pt"]},
+        {"label": "unsynced", "root": str(box["out"]), "transfer": ["002/best.pt", "002/epoch_3.pt"]}]
+    assert mf.load_manifest(mf.manifest_bytes(manifest)) == manifest
+
+
+def test_a_durable_copy_that_changed_after_its_sync_is_refused(box):
+    (box["fs"] / "000" / "best.pt").write_bytes(b"overwritten later")
+    with pytest.raises(mf.ManifestError, match="changed after the sync"):
+        launch_results.build(box["queue"], box["statuses"])
+
+
+def test_a_link_out_of_the_data_disk_root_is_refused(box, tmp_path):
+    (tmp_path / "secret").write_bytes(b"s")
+    os.unlink(str(box["out"] / "002" / "best.pt"))
+    os.symlink(str(tmp_path / "secret"), str(box["out"] / "002" / "best.pt"))
+    with pytest.raises(mf.ManifestError, match="leads outside the root"):
+        launch_results.build(box["queue"], box["statuses"])
+
+
+def test_nothing_to_pull_is_refused_with_the_items_states(box):
+    statuses = {"000": {"exit_code": 2, "state": "failed"}}
+    with pytest.raises(mf.ManifestError, match="000 failed, 002 not_finished"):
+        launch_results.build(box["queue"], statuses, matching=lambda directory, patterns: [])
+
+
+@pytest.mark.parametrize("sources", [
+    [{"label": "elsewhere", "root": "/x", "transfer": ["a"]}],
+    [{"label": "durable", "root": "relative", "transfer": ["a"]}],
+    [{"label": "durable", "root": "/x", "transfer": ["../etc/passwd"]}],
+    [{"label": "durable", "root": "/x", "transfer": []}],
+])
+def test_malformed_sources_are_refused(sources):
+    manifest = {"version": 1, "root": None, "sources": sources, "total_bytes": 1,
+                "files": [{"path": "durable/a", "bytes": 1, "sha256": "0" * 64}]}
+    with pytest.raises(mf.ManifestError):
+        mf.validate_manifest(manifest)
+
+
+# ------------------------------------------------------------------------------------------- the module
+
+
+def job_dir_of(tmp_path, box, alive=False):
+    job = tmp_path / "jobs" / "train"
+    (job / "items").mkdir(parents=True)
+    (job / "queue.json").write_text(json.dumps(box["queue"]))
+    for item, status in box["statuses"].items():
+        (job / "items" / item).mkdir()
+        (job / "items" / item / "status.json").write_text(json.dumps(status))
+    if alive:  # this very process stands in for the running job
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            start = handle.read().rsplit(")", 1)[1].split()[19]
+        (job / "job.pid").write_text("%d\n" % os.getpid())
+        (job / "job.starttime").write_text(start + "\n")
+    return job
+
+
+def test_pull_manifest_writes_launchs_record_into_the_job_directory(module_runner, tmp_path, box):
+    job = job_dir_of(tmp_path, box)
+    failed, result = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert not failed, result["msg"]
+    assert result["manifest_path"] == str(job / "PULL_MANIFEST.json") and result["run_id"] == "exp"
+    assert json.loads((job / "PULL_MANIFEST.json").read_text()) == result["manifest"]
+    assert result["file_count"] == 2 and "000 (done), 002 (sync_failed)" in result["msg"]
+    failed, again = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert not failed and again["changed"] is False and again["sha256"] == result["sha256"]
+
+
+@pytest.mark.parametrize("args, alive, message", [
+    ({"run_id": "other"}, False, "which launch recorded as exp"),
+    ({"root": "/fs"}, False, "root is not used with job"),
+    ({"job": "../x"}, False, "job name"),
+    ({"job": "nope"}, False, "was not started by the launch role"),
+    ({}, True, "is still running"),
+])
+def test_pull_manifest_launch_mode_refusals(module_runner, tmp_path, box, args, alive, message):
+    job_dir_of(tmp_path, box, alive=alive)
+    failed, result = module_runner(pull_manifest, dict({"job": "train", "run_dir": str(tmp_path / "jobs")}, **args))
+    assert failed and message in result["msg"], result["msg"]
+    assert not (tmp_path / "jobs" / "train" / "PULL_MANIFEST.json").exists()
