@@ -17,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts as scripts_core
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 
 
 def queue_table(plan):
@@ -75,7 +76,9 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None):
     except ValueError:
         record = None
     if isinstance(record, dict) and record.get("tree_sha256"):
-        line += " (code %s, commit %s)" % (record["tree_sha256"][:12], record.get("commit") or "none")
+        torch = torch_summary(record.get("torch"))
+        line += " (code %s, commit %s%s)" % (record["tree_sha256"][:12], record.get("commit") or "none",
+                                             ", " + torch if torch else "")
     return line
 
 

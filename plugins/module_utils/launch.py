@@ -9,6 +9,7 @@ the box (with everything it imports: ``_launch_lib_files`` in roles/launch/vars/
 wrapper calls with the profile's interpreter::
 
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch code --root DIR --out FILE [--commit C]
+                                                                              [--python JOB_PY]
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch done STATUS_FILE
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch pending ITEMS_DIR ID...
     PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.launch finish --item ID --exit-code N ...
@@ -16,7 +17,11 @@ wrapper calls with the profile's interpreter::
 
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
-    code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest"}: the code that ran
+    code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest", "torch"}: the code
+                              that ran, and "torch": the torch version and CUDA build of the job's interpreter
+                              (--python: <launch_env_prefix>/bin/python, else the profile's), read from its
+                              torch/version.py without importing torch (torch_build.py; a record with "reason"
+                              when torch is not installed there or the probe failed)
     queue.json                this host's share of the queue (queue_record; read by job_layout.read_queue): what
                               patrol grades the job against and what teardown pulls by default
     queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten (launch_scripts.py)
@@ -24,11 +29,12 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
     main.pid                  PID of the running item's command (the sampler reads its RSS)
     samples.tsv               the sampler's readings, when launch_sampler is on
     items/<id>/status.json    {"item", "exit_code", "started", "finished", "arg", "host", "command_exit_code",
-                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code", "state", "best",
-                               "scratch", "unsynced"}, written by job_layout.write_status: first a provisional one
-                               (the item failed, "sync_error" says the finish step did not complete), replaced by
-                               the final one. "state" (job_layout.item_state) is "done", "failed", or "sync_failed":
-                               the command succeeded (also in a provisional status) but "unsynced" files are not
+                               "output_dir", "sync_dest", "synced", "sync_error", "pruned", "code", "torch", "state",
+                               "best", "scratch", "unsynced"} ("torch": code.json's, what the item ran on),
+                               written by job_layout.write_status: first a provisional one (the item failed,
+                               "sync_error" says the finish step did not complete), replaced by the final one.
+                               "state" (job_layout.item_state) is "done", "failed", or "sync_failed": the command
+                               succeeded (also in a provisional status) but "unsynced" files are not
                                durable; the run wrapper then retries only the sync ("resync"), never the command
     <output_dir>/trainer-item.log
                               the item's part of the job log, synced with its best files
@@ -48,6 +54,7 @@ import sys
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import torch_build
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing, write_atomic
 
 
@@ -324,12 +331,19 @@ def provisional_status(item, exit_code, started, output_dir, arg=None, code=None
                        best=(), scratch=()):
     """The status written before the finish step does anything that can fail: the item failed (exit code 1 when
     the command succeeded, in the state ``sync_failed``, so that a relaunch retries only the finish step), and
-    ``sync_error`` says the finish step did not complete. Replaced at its end."""
+    ``sync_error`` says the finish step did not complete. Replaced at its end. ``torch`` is code.json's torch
+    record (the version and CUDA build the item ran with), or None."""
     return job_layout.status_record(
         exit_code if exit_code != 0 else 1, started, item=item, command_exit_code=exit_code, arg=arg, host=host,
         output_dir=output_dir, sync_dest=sync_dest or None, synced=[], sync_error="the finish step did not complete; "
-        "see the log", pruned=[], code=code, best=list(best or ()), scratch=list(scratch or ()), unsynced=[],
+        "see the log", pruned=[], code=code, torch=code_torch(code), best=list(best or ()), scratch=list(scratch or ()), unsynced=[],
         state=job_layout.STATE_SYNC_FAILED if exit_code == 0 else job_layout.STATE_FAILED)
+
+
+def code_torch(code):
+    """The torch record of a code.json record, or None (no record, or one written before launch recorded torch)."""
+    torch = code.get("torch") if isinstance(code, dict) else None
+    return torch if isinstance(torch, dict) else None
 
 
 def resync_item(status_file, sync=None):
@@ -365,6 +379,8 @@ def cli(argv=None):
     p_code.add_argument("--commit", default="")
     p_code.add_argument("--dirty", default="")
     p_code.add_argument("--src", default="")
+    p_code.add_argument("--python", default="", help="the job's interpreter, whose torch build is recorded "
+                                                     "(default: this interpreter)")
     p_done = sub.add_parser("done", help="exit 0 when the status file says exit code 0")
     p_done.add_argument("status")
     p_pending = sub.add_parser("pending", help="print the ids that are not done, as a JSON list")
@@ -389,7 +405,8 @@ def cli(argv=None):
     if args.cmd == "code":
         record = tree_checksum(args.root)
         record.update(commit=args.commit or None, dirty={"true": True, "false": False}.get(args.dirty),
-                      src=args.src or None, dest=os.path.abspath(args.root))
+                      src=args.src or None, dest=os.path.abspath(args.root),
+                      torch=torch_build.probe(args.python or sys.executable, cwd=args.root))
         changed = job_layout.read_record(args.out) != record
         if changed:
             write_atomic(args.out, json.dumps(record, indent=1, sort_keys=True) + "\n")

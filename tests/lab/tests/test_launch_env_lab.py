@@ -4,13 +4,15 @@ lab-01 is an AutoDL box of the ``autodl-image`` variant: no ``python3`` on PATH,
 ``python`` at all. The test gives its ``/root/miniconda3`` what the real image has there: its own site-packages
 with a torch (a stub that says where it was imported from, found because ``/root/miniconda3`` is the interpreter's
 own prefix: a ``pyvenv.cfg`` next to ``bin/``) and a ``conda.sh`` whose ``conda activate base`` sets the CONDA_*
-variables. README's ``launch_command="python -m src.train -c"`` must then run with that torch.
+variables. README's ``launch_command="python -m src.train -c"`` must then run with that torch, and code.json and each
+item's status.json must record the torch of that environment (the job's), not the profile interpreter's.
 
 lab-02 is a vast.ai box: a restart kills tmux and every process, then reruns ``/root/onstart.sh``. The test
 simulates it (SIGKILL to the job, ``tmux kill-server``) and runs the hook as the platform would.
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -114,6 +116,50 @@ def test_readme_launch_command_runs_with_the_images_python_and_torch(fleet, tmp_
     assert log.count("python /root/miniconda3/bin/python") == 2, log
     assert log.count("conda base") == 2 and log.count("mkl 5") == 2, log
     assert "trainer: no conda" not in log and "does not exist" not in log
+    torch = read_json(fleet, "lab-01", "~/.trainer/jobs/train/code.json")["torch"]
+    assert torch["location"] == os.path.dirname(torch_file) and torch["python"] == "/root/miniconda3/bin/python"
+    for item in ("000", "001"):
+        assert read_json(fleet, "lab-01", "~/.trainer/jobs/train/items/%s/status.json" % item)["torch"] == torch
+
+
+def report(proc):
+    """The role's last task's output (the report line of each host), with its line breaks undone."""
+    return " ".join(proc.stdout[proc.stdout.rindex("Report this host"):].split())
+
+
+def test_code_json_and_item_status_record_the_torch_of_the_jobs_environment(fleet, tmp_path):
+    """The profile's interpreter is the system python here, which has no torch; the job runs in the image's
+    environment (launch_env_prefix), whose torch is recorded. Without launch_env_prefix the job runs with the
+    profile's interpreter, and the record says torch is not installed there."""
+    torch_file = give_image_environment(fleet, "lab-01")
+    system_python = fleet.ssh("lab-01", "readlink -f /root/miniconda3/bin/python").stdout.strip()
+    assert system_python.startswith("/usr/") and system_python != "/root/miniconda3/bin/python"
+    assert fleet.ssh("lab-01", "%s -c 'import torch'" % system_python, check=False).returncode != 0
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.sh").write_text(TRAIN_SH)
+    for name, env_prefix, python in (("torchrec", "/root/miniconda3", "/root/miniconda3/bin/python"),
+                                     ("notorch", "", system_python)):
+        extra = {"launch_name": name, "launch_queue": ["t0"], "trainer_interpreter": system_python,
+                 "launch_env_prefix": env_prefix, "launch_conda_activate": bool(env_prefix)}
+        proc = launch(fleet, src, "-l", "lab-01", extra=extra)
+        assert wait_finished(fleet, "lab-01", name)["exit_code"] == 0
+        torch = read_json(fleet, "lab-01", "~/.trainer/jobs/%s/code.json" % name)["torch"]
+        status = read_json(fleet, "lab-01", "~/.trainer/jobs/%s/items/000/status.json" % name)
+        assert status["exit_code"] == 0 and status["torch"] == torch and status["code"]["torch"] == torch
+        assert torch["python"] == python, torch
+        if env_prefix:
+            # The lab's stand-in for the image's torch is a bare package (no version.py, no dist-info): found where
+            # the job imports it from, its version and build not known, and the record says why.
+            assert torch["installed"] is True and torch["location"] == os.path.dirname(torch_file), torch
+            assert torch["version"] is None and torch["build"] is None and "no readable version.py" in torch["reason"]
+            assert "; pending items 000 (code " in report(proc)
+            assert ", commit none, torch ? build unknown)" in report(proc), report(proc)
+        else:
+            assert torch == {"python": system_python, "installed": False, "location": None, "version": None,
+                             "cuda": None, "hip": None, "build": None,
+                             "reason": "torch is not installed for %s" % system_python}
+            assert ", commit none, no torch)" in report(proc), report(proc)
 
 
 def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -144,17 +145,56 @@ def test_cli_code_writes_code_json_once(tmp_path):
     assert json.loads(again.stdout)["changed"] is False
 
 
+def test_cli_code_records_the_torch_of_the_jobs_interpreter_run_in_the_code_directory(tmp_path):
+    """code.json's torch: what --python finds from the code directory (the job's working directory), read from
+    torch/version.py without importing torch; the 'not installed' record where it finds none."""
+    tree = tmp_path / "tree"
+    (tree / "torch").mkdir(parents=True)
+    (tree / "torch" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    version_py = next((pathlib.Path(REPO) / "tests" / "fixtures" / "torch").glob("version.py__2.2.1+cu121__*"))
+    (tree / "torch" / "version.py").write_text(version_py.read_text())
+    out = tmp_path / "code.json"
+    proc = _cli("code", "--root", str(tree), "--out", str(out), "--python", sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    torch = json.loads(out.read_text())["torch"]
+    assert torch == {"python": sys.executable, "installed": True, "location": str(tree / "torch"),
+                     "version": "2.2.1+cu121", "cuda": "12.1", "hip": None, "build": "cuda", "reason": None}
+    assert json.loads(proc.stdout)["torch"] == torch
+    (tree / "torch" / "version.py").unlink()
+    (tree / "torch" / "__init__.py").unlink()
+    (tree / "torch").rmdir()
+    proc = _cli("code", "--root", str(tree), "--out", str(out), "--python", sys.executable)
+    record = json.loads(out.read_text())
+    assert json.loads(proc.stdout)["changed"] is True  # the torch record changed
+    if record["torch"]["location"] is None:  # unless this interpreter has a torch of its own
+        assert record["torch"]["installed"] is False and "not installed" in record["torch"]["reason"]
+    proc = _cli("code", "--root", str(tree), "--out", str(out), "--python", str(tmp_path / "no-python"))
+    assert proc.returncode == 0, proc.stderr  # a torch probe never fails the launch
+    assert json.loads(out.read_text())["torch"]["installed"] is None
+
+
+def test_item_status_states_the_torch_it_ran_with(out):
+    torch = {"version": "2.2.1+cu121", "cuda": "12.1", "build": "cuda"}
+    code = {"commit": "c1", "tree_sha256": "ab", "torch": torch}
+    status, _line = launch.finish_item("000", 0, "t0", str(out), code=code)
+    assert status["torch"] == torch and status["code"] == code
+    assert launch.provisional_status("000", 0, "t0", str(out), code=code)["torch"] == torch
+    assert launch.finish_item("000", 0, "t0", str(out), code={"commit": "c1"})[0]["torch"] is None  # older code.json
+    assert launch.finish_item("000", 0, "t0", str(out))[0]["torch"] is None
+
+
 def test_cli_finish_writes_status_atomically_and_exit_code(out, tmp_path):
     status_file = tmp_path / "job" / "items" / "000" / "status.json"
     code = tmp_path / "code.json"
-    code.write_text('{"commit": null, "tree_sha256": "ab"}')
+    code.write_text('{"commit": null, "tree_sha256": "ab", "torch": {"version": "2.5.1", "build": "cpu"}}')
     proc = _cli("finish", "--item", "000", "--exit-code", "0", "--started", "t0", "--output-dir", str(out),
                 "--status", str(status_file), "--sync-dest", str(tmp_path / "d"), "--best", "best*",
                 "--scratch", "latest*", "--code", str(code), "--host", "lab-01", "--arg", "a0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("==== trainer: item 000 done, synced 1 files")
     status = json.loads(status_file.read_text())
-    assert status["code"] == {"commit": None, "tree_sha256": "ab"} and status["host"] == "lab-01"
+    assert status["code"]["tree_sha256"] == "ab" and status["host"] == "lab-01"
+    assert status["torch"] == {"version": "2.5.1", "build": "cpu"}
     assert not os.path.exists(str(status_file) + ".tmp")
     assert _cli("done", str(status_file)).returncode == 0
     proc = _cli("finish", "--item", "001", "--exit-code", "5", "--started", "t0", "--output-dir", str(out),
