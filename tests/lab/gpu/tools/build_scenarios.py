@@ -89,9 +89,8 @@ SCENARIOS = [
                  "        HW Slowdown                                    : Active", 1),
                 ("            HW Power Brake Slowdown                    : Not Active",
                  "            HW Power Brake Slowdown                    : Active", 1)],
-         edited="In 'Clocks Event Reasons', 'HW Slowdown' and 'HW Power Brake Slowdown' changed from Not Active to "
-                "Active (2 lines), as in the real 8x H100 535.161.08 capture, which shows them only at 0 % "
-                "utilisation; clocks, power, counters and everything else unchanged.",
+         edited="'HW Slowdown' and 'HW Power Brake Slowdown' changed from Not Active to Active (2 lines); "
+                "nothing else changed.",
          absent=["xid_fatal", "pcie_link_degraded"]),
     dict(name="8xh100-gpu-missing-edited", capture=H100_8X, verdict="FAIL", codes=["gpu_count_mismatch"],
          options={"expected_count": 8},
