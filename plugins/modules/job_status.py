@@ -238,7 +238,7 @@ xid_events:
   description:
     - The Xid events written to the kernel log since RV(xid_since) (at most the newest 50), as
       M(remote_gpu.trainer.gpu_health) returns them, each with C(epoch), when it was written.
-    - Empty without O(gpu), with O(kernel_log=none), or when no job has a start time.
+    - Empty without O(gpu), with O(kernel_log=none), without nvidia-smi, or when no job has a start time.
   type: list
   elements: dict
   returned: always
@@ -445,9 +445,11 @@ def run(module):
         gpus, gpu_findings = query_gpus(module, params["timeout"])
         findings.extend(gpu_findings)
         findings.extend(gpu_patrol.throttle_findings(gpus))
-        since = gpu_patrol.job_start(job_metas(params, job_list))
-        xid_events, xid_findings = new_xid_events(module, gpus, since, boot_epoch, now)
-        findings.extend(xid_findings)
+        # no nvidia-smi, no NVIDIA driver to log an Xid: a CPU-only box is not asked for its kernel log every tick
+        if not any(f["code"] == "gpu_unavailable" for f in gpu_findings):
+            since = gpu_patrol.job_start(job_metas(params, job_list))
+            xid_events, xid_findings = new_xid_events(module, gpus, since, boot_epoch, now)
+            findings.extend(xid_findings)
     return {"status": worst(findings), "jobs": reports, "paths": usages, "gpus": gpus, "oom_kills": oom,
             "findings": findings, "xid_events": xid_events, "xid_since": since}
 

@@ -177,6 +177,11 @@ def test_gpu_missing_or_failing_is_never_a_failure(module_runner, tmp_path, monk
     result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True})
     assert result["gpus"] is None and codes(result) == ["gpu_unavailable", "job_finished"]
     assert result["status"] == "PASS"
+    # a CPU-only box: its kernel log is not read for Xids (no kernel_log_unreadable either)
+    (tmp_path / "jobs" / "g" / "job.meta.json").write_text(json.dumps({"launched_epoch": 0}))
+    result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True,
+                                    "kernel_log": str(tmp_path / "absent.log")})
+    assert codes(result) == ["gpu_unavailable", "job_finished"] and result["xid_since"] is None
     fake_nvidia_smi(tmp_path / "bin", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
                     rc=9)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
