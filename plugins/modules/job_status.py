@@ -42,7 +42,8 @@ description:
   - >-
     With O(gpu), the same C(nvidia-smi --query-gpu) call reads each GPU's active clock event ("throttle") reasons:
     a hardware or thermal slowdown (HW slowdown, HW thermal, HW power brake, SW thermal) while the GPU is under load
-    (utilisation 30 % or more; an idle GPU at low clocks is not a finding) is C(throttle_active) (FAIL), as in
+    (utilisation 30 % or more, or under MIG, where there is none, a power draw of 30 % of the limit; an idle GPU at
+    low clocks is not a finding) is C(throttle_active) (FAIL), as in
     preflight. A query that answers with no GPU row (exit 0 and nothing, or C(No devices were found)) is
     C(gpu_sample_empty) (WARN), never silence.
   - >-
