@@ -56,9 +56,8 @@ def test_every_real_capture_reads_with_every_patrol_field(name):
 
 
 def test_h100_under_load_reads_its_clocks_power_and_reasons():
-    gpus, _ = gp.read_sample(0, project("query-gpu-all-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.load.csv"),
-                             "")
-    gpu = gpus[0]
+    sample = project("query-gpu-all-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.load.csv")
+    gpu = gp.read_sample(0, sample, "")[0][0]
     assert gpu["utilization_pct"] == 100 and gpu["power_limit_w"] == 700.0 and gpu["sm_clock_max_mhz"] == 1980
     assert gpu["throttle_reasons"] == [] and gpu["pci"] == "0000:00:09"
 
