@@ -24,14 +24,15 @@ COLUMNS = (
 )
 
 # Patrol escalates (verdict FAIL, non-zero exit) on every FAIL finding of job_status (job_crashed,
-# job_gone_incomplete, job_missing, sync_failed, command_not_found, oom_killed of a gone job,
+# job_gone_incomplete, job_missing, sync_failed, command_not_found, xid_fatal, throttle_active, oom_killed of a gone job,
 # bytes_high/inodes_exhausted at fail_pct, path_missing) and on these WARN codes: a live job whose log is silent is
 # what the patrol exists to catch. item_crashed (an earlier item's crash, WARN) is shown, not escalated.
 PATROL_ESCALATE_WARN = ("log_stale",)
 # Order of findings of the same level in a patrol row: what says why comes first (a command that is not found,
 # trained files that are not durable), then a dead job, which says more than the crash markers in its log.
-PATROL_PRIORITY = ("command_not_found", "sync_failed", "job_gone_incomplete", "job_missing", "probe_timeout",
-                   "interpreter_missing", "probe_failed", "job_crashed", "oom_killed", "log_stale", "item_crashed")
+PATROL_PRIORITY = ("command_not_found", "sync_failed", "xid_fatal", "job_gone_incomplete", "job_missing",
+                   "probe_timeout", "interpreter_missing", "probe_failed", "job_crashed", "oom_killed", "throttle_active",
+                   "log_stale", "item_crashed", "gpu_sample_empty", "xid_app_fault")
 
 
 # A finished queue on a box that still bills (a WARN) comes last: every other finding says more.

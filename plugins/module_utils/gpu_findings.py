@@ -274,8 +274,10 @@ def check_count(gpus, options):
         unfit_action(options), options)]
 
 
-def xid_findings(gpus, events, options):
-    """One finding per (GPU, Xid code, class), counting repeats; GPU matched through the PCI address."""
+def xid_findings(gpus, events, options=None, fail_action=None):
+    """One finding per (GPU, Xid code, class), counting repeats; GPU matched through the PCI address.
+
+    With ``fail_action`` (patrol, while a job runs) a FAIL carries that action instead of the unfit verdict."""
     by_pci = dict((gpu.get("pci"), gpu) for gpu in gpus if gpu.get("pci"))
     groups = {}
     for event in events or ():
@@ -295,6 +297,9 @@ def xid_findings(gpus, events, options):
             extra += "; caused by previous Xid %d" % last["caused_by"]
         message = "%s logged Xid %d (%s) %d time(s)%s; last: %s" % (
             who, code, last.get("mnemonic", "?"), len(group), extra, last.get("line", "")[:300])
+        if level == "FAIL" and fail_action:
+            found.append(finding(level, finding_code, message, fail_action, gpu=index))
+            continue
         action = unfit_action(options) if level == "FAIL" else last.get("action", "")
         found.append(make_finding(level, finding_code, index, message, action, options))
     return found

@@ -18,7 +18,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import smi_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    NvidiaSmiParseError, SmiError, parse_rows, query_args, run_smi)
+    NvidiaSmiParseError, SmiError, parse_rows, query_args, rejected_field, run_smi)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS
 
 SAMPLE_COUNT = 5
@@ -26,7 +26,6 @@ MAX_SAMPLE_SECONDS = 600
 MAX_KERNEL_LOG_BYTES = 16 * 1024 * 1024  # only the tail of a bigger file is read: the newest Xid events
 KILL_GRACE_SECONDS = 2
 JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
-_REJECTED_FIELD_RE = re.compile(r"field\s+[\"']([^\"']+)[\"']\s+is not a valid field", re.I)
 
 
 class GpuHealthError(Exception):
@@ -66,9 +65,9 @@ def take_samples(smi, timeout, seconds, options):
                 rc, out, err = run_smi(smi, args, timeout, check=False)
             except SmiError:  # with a path and check=False, only a timeout
                 return samples, number, [smi_timeout([smi] + args, timeout, options)]
-            rejected = _REJECTED_FIELD_RE.search(out + err)
-            if rc and rejected and rejected.group(1) != "index" and len(table) > 1:
-                table = [entry for entry in table if entry[0] != rejected.group(1)]
+            rejected = rejected_field(out + err)
+            if rc and rejected and rejected != "index" and len(table) > 1:
+                table = [entry for entry in table if entry[0] != rejected]
                 continue
             break
         if rc:

@@ -29,6 +29,8 @@ _NO_VALUE_WORDS = frozenset((
     "function not found", "-", "err!", "insufficient permissions",
 ))
 _NUMBER_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
+# how nvidia-smi names a --query-gpu field its driver does not know (the emulator keeps the same phrase)
+_REJECTED_FIELD_RE = re.compile(r"field\s+[\"']([^\"']+)[\"']\s+is not a valid field", re.I)
 
 
 class NvidiaSmiParseError(ValueError):
@@ -94,6 +96,12 @@ def run_smi(smi, args, timeout, check=True):
         last = (err.strip() or out.strip() or "no output").splitlines()[-1].strip()
         raise SmiError("failed", "nvidia-smi exited %d: %s" % (rc, last), rc)
     return rc, out, err
+
+
+def rejected_field(text):
+    """The field named by nvidia-smi's ``field "x" is not a valid field`` message in ``text``, or None."""
+    match = _REJECTED_FIELD_RE.search(text or "")
+    return match.group(1) if match else None
 
 
 def query_args(table):

@@ -39,6 +39,21 @@ description:
     C(command not found) line. The returned C(tail) leaves out the wrappers' own C(==== trainer: ... ====) lines.
   - Also reports bytes and inodes of O(paths), GPU utilisation and memory (one C(nvidia-smi) call under a
     timeout, with O(gpu)), and the cgroup's OOM kill counter.
+  - >-
+    With O(gpu), the same C(nvidia-smi --query-gpu) call reads each GPU's active clock event ("throttle") reasons:
+    a hardware or thermal slowdown (HW slowdown, HW thermal, HW power brake, SW thermal) while the GPU is under load
+    (utilisation 30 % or more, or under MIG, where there is none, a power draw of 30 % of the limit; an idle GPU at
+    low clocks is not a finding) is C(throttle_active) (FAIL), as in
+    preflight. A query that answers with no GPU row (exit 0 and nothing, or C(No devices were found)) is
+    C(gpu_sample_empty) (WARN), never silence.
+  - >-
+    With O(gpu), the kernel log is read in the same module run, as M(remote_gpu.trainer.gpu_health) reads it
+    (O(kernel_log)), and only the Xid events written since the jobs started (the earliest C(launched_epoch) of
+    their trusted C(job.meta.json); dmesg's seconds since boot are placed with the boot time from
+    C(/proc/uptime)) are reported, with preflight's codes: C(xid_fatal) (FAIL: the box is dying, pull what you
+    have and rent another), C(xid_app_fault) (WARN), C(xid_info) (INFO). A line that carries no time is not
+    counted as new. At most the newest 4 MiB of the log are parsed. An unreadable kernel log is one
+    C(kernel_log_unreadable) INFO, never a failure.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
@@ -117,10 +132,18 @@ options:
     default: []
   gpu:
     description:
-      - Query GPU utilisation and memory with one C(nvidia-smi --query-gpu) call.
+      - Query GPU utilisation, memory, clocks, power and the active clock event reasons with one
+        C(nvidia-smi --query-gpu) call, and read the kernel log for Xid errors since the jobs started.
       - Without nvidia-smi, RV(gpus) is null and an INFO finding says so; that is never a failure.
     type: bool
     default: false
+  kernel_log:
+    description:
+      - Where the Xid errors are read from, with O(gpu).
+      - V(auto) asks C(journalctl -k -b), then C(dmesg), each under O(timeout); V(none) skips the check; an
+        absolute path reads that file (a regular file, its last 16 MiB).
+    type: str
+    default: auto
   timeout:
     description: Seconds nvidia-smi may run.
     type: int
@@ -216,12 +239,35 @@ paths:
   sample:
     - {path: /root/autodl-fs, exists: true, bytes_pct: 34, inodes_pct: 91, inodes_free: 18000}
 gpus:
-  description: Per-GPU utilisation and memory; null when O(gpu) is false or nvidia-smi is unavailable.
+  description:
+    - Per-GPU utilisation, memory, short PCI bus id, SM clock and its maximum, power draw and limit, and the active
+      clock event reasons (names as in M(remote_gpu.trainer.gpu_health), null when the driver gives none); a value
+      nvidia-smi does not report is null.
+    - Null when O(gpu) is false or nvidia-smi is unavailable or failed; an empty list when it answered with no GPU.
   type: list
   elements: dict
   returned: always
   sample:
-    - {index: 0, utilization_pct: 97, memory_used_mib: 70211, memory_total_mib: 81559}
+    - {index: 0, utilization_pct: 97, memory_used_mib: 70211, memory_total_mib: 81559, pci: "0000:19:00",
+       sm_clock_mhz: 1980, sm_clock_max_mhz: 1980, power_draw_w: 629.3, power_limit_w: 700.0,
+       throttle_reasons: [sw_power_cap]}
+xid_events:
+  description:
+    - The Xid events written to the kernel log since RV(xid_since) (at most the newest 50), as
+      M(remote_gpu.trainer.gpu_health) returns them, each with C(epoch), when it was written.
+    - Empty without O(gpu), with O(kernel_log=none), without nvidia-smi, or when no job has a start time.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {xid: 48, pci: "0000:07:00", severity: fatal, mnemonic: ROBUST_CHANNEL_GPU_ECC_DBE, epoch: 1783111869.5,
+       line: "[240314.528856] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable ..."}
+xid_since:
+  description: When the jobs started (the earliest C(launched_epoch) of their trusted C(job.meta.json)), the start
+    of the Xid window; null when none is known or without O(gpu).
+  type: float
+  returned: always
+  sample: 1783100000.25
 oom_kills:
   description: The cgroup's memory event counters (C(oom_kill) included) and the file they came from.
   type: dict
@@ -262,7 +308,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, job_layout, job_log
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_health import GpuHealthError, read_kernel_log
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
 
@@ -288,6 +336,7 @@ def build_module():
             fail_pct=dict(type="int", default=95),
             gpu=dict(type="bool", default=False),
             timeout=dict(type="int", default=15),
+            kernel_log=dict(type="str", default="auto"),
             cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
             fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
         ),
@@ -321,6 +370,9 @@ def validate(params):
             raise StatusError("%s must be 0 or more, got %d" % (key, params[key]))
     if params["tail_lines"] > MAX_TAIL_LINES:
         raise StatusError("tail_lines must be at most %d, got %d" % (MAX_TAIL_LINES, params["tail_lines"]))
+    kernel_log = params["kernel_log"]
+    if kernel_log not in ("auto", "none") and not os.path.isabs(kernel_log or ""):
+        raise StatusError("kernel_log must be auto, none or the absolute path of a kernel log file, got %r" % kernel_log)
     if params["scan_timeout"] < 1:
         raise StatusError("scan_timeout must be 1 or more seconds, got %d" % params["scan_timeout"])
     for index, path in enumerate(params["paths"]):
@@ -337,9 +389,9 @@ def validate(params):
 
 
 def query_gpus(module, timeout):
-    """(gpus or None, findings)."""
+    """(gpus or None, findings) of the one --query-gpu run (gpu_patrol.sample)."""
     try:
-        return gpu_query.query_gpus(module.get_bin_path("nvidia-smi"), gpu_query.USAGE_FIELDS, timeout), []
+        return gpu_patrol.sample(module.get_bin_path("nvidia-smi"), timeout)
     except gpu_query.SmiError as exc:
         if exc.kind == "not_installed":
             return None, [finding("INFO", "gpu_unavailable", "%s or not on PATH" % exc,
@@ -347,8 +399,29 @@ def query_gpus(module, timeout):
         if exc.kind == "timeout":
             return None, [finding("WARN", "gpu_query_timeout", str(exc),
                                   "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
-        return None, [finding("WARN", "gpu_query_failed", str(exc),
-                              "Run remote_gpu.trainer.gpu_health to classify the driver error.")]
+        return None, [gpu_patrol.query_failed(str(exc))]
+
+
+def job_metas(params, job_list):
+    """The trusted job.meta.json of each job ({} when it is missing or untrusted)."""
+    run_dir = run_dir_of(params)
+    return [job_layout.trusted_meta(job_layout.job_paths(run_dir, spec["name"]))[0] for spec in job_list]
+
+
+def new_xid_events(module, gpus, since, boot_epoch, now):
+    """(events written since ``since``, findings) from the kernel log, read as gpu_health reads it (journalctl -k,
+    else dmesg, or the file kernel_log names), in this module run."""
+    source = module.params["kernel_log"]
+    if source == "none" or since is None:
+        return [], []
+    try:
+        text, unreadable = read_kernel_log(module, source, module.params["timeout"])
+    except GpuHealthError as exc:
+        raise StatusError(str(exc))
+    if text is None:
+        return [], [gpu_patrol.kernel_log_unreadable(unreadable)]
+    events = gpu_patrol.events_since(parse_kernel_log(gpu_patrol.bound_log(text)), since, boot_epoch, now)
+    return events[-gpu_patrol.MAX_XID_EVENTS:], gpu_patrol.xid_findings(gpus, events)
 
 
 def usage_of(path):
@@ -384,19 +457,25 @@ def run(module):
         else:
             findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
         usages.append(usage)
-    gpus = None
+    gpus, xid_events, since = None, [], None
     if params["gpu"]:
         gpus, gpu_findings = query_gpus(module, params["timeout"])
         findings.extend(gpu_findings)
+        findings.extend(gpu_patrol.throttle_findings(gpus))
+        # no nvidia-smi, no NVIDIA driver to log an Xid: a CPU-only box is not asked for its kernel log every tick
+        if not any(f["code"] == "gpu_unavailable" for f in gpu_findings):
+            since = gpu_patrol.job_start(job_metas(params, job_list))
+            xid_events, xid_findings = new_xid_events(module, gpus, since, boot_epoch, now)
+            findings.extend(xid_findings)
     return {"status": worst(findings), "jobs": reports, "paths": usages, "gpus": gpus, "oom_kills": oom,
-            "findings": findings}
+            "findings": findings, "xid_events": xid_events, "xid_since": since}
 
 
 def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
     empty = {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
-             "findings": []}
+             "findings": [], "xid_events": [], "xid_since": None}
     try:
         result = run(module)
     except StatusError as exc:

@@ -9,6 +9,8 @@ from . import render, runtime
 
 NO_DRIVER_FILE = "no-driver__nvidia-smi-has-failed__exit9.txt"
 MISMATCH_FILE = "driver-library-mismatch__nvml-535.161__exit18.txt"
+# errors/no-devices-were-found__exit-UNVERIFIED.txt (the whole capture); exit 6 is the man page's, unverified
+NO_DEVICES = "No devices were found\n"
 
 # Messages for cases the corpus holds no capture of: marked as emulator text, exit 2 (man page: invalid argument).
 UNKNOWN_FLAG = "nvidia-smi (lab emulator): invalid argument %r; no real capture of this message exists in " \
@@ -100,7 +102,7 @@ def _select(cap, ids):
             if part == str(i) or part == g.get("GPU UUID") or part.upper() == g.bus_id.upper():
                 sel.add(i)
     if not sel:
-        raise Exit(6, "No devices were found\n")  # errors/no-devices-were-found__exit-UNVERIFIED.txt
+        raise Exit(6, NO_DEVICES)
     return sel
 
 
@@ -117,6 +119,8 @@ def run(argv):
         _fail_no_driver()
     if runtime.marker("MARKER-driver-library-mismatch"):
         raise Exit(18, _data(MISMATCH_FILE))
+    if runtime.marker("MARKER-no-devices"):
+        raise Exit(6, NO_DEVICES)
     if runtime.marker("MARKER-hang"):
         while True:  # like nvidia-smi stuck in D state after Xid 45/119: only a kill ends it
             time.sleep(3600)

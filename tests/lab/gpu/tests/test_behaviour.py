@@ -20,6 +20,7 @@ def smi():
 
 NO_DRIVER = fixture_text("errors/no-driver__nvidia-smi-has-failed__exit9.txt")
 MISMATCH = fixture_text("errors/driver-library-mismatch__nvml-535.161__exit18.txt")
+NO_DEVICES = fixture_text("errors/no-devices-were-found__exit-UNVERIFIED.txt")
 
 
 # ------------------------------------------------------------------------------------------------ no driver
@@ -46,6 +47,12 @@ def test_driver_library_mismatch(smi):
     for args in ([], ["-q"], ["--query-gpu=name", "--format=csv"], ["dmon", "-c", "1"]):
         r = smi(args, scenario="driver-library-mismatch")
         assert (r.returncode, r.stdout, r.stderr) == (18, MISMATCH, "")
+
+
+def test_no_devices_is_real_text_and_exit_6(smi):
+    for args in ([], ["-q"], ["-L"], ["--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]):
+        r = smi(args, scenario="no-devices")
+        assert (r.returncode, r.stdout, r.stderr) == (6, NO_DEVICES, "")
 
 
 def test_hang_runs_until_killed():

@@ -82,6 +82,16 @@ SCENARIOS = [
          edited="PCIe 'Current' and 'Device Current' generation changed from 5 to 4 and link width 'Current' from "
                 "16x to 8x (3 lines); Max values and everything else unchanged.",
          absent=["throttle_active", "xid_fatal"]),
+    dict(name="h100-load-hwslowdown-edited", capture=H100_LOAD, verdict="FAIL",
+         codes=["throttle_active"], gpu_codes={0: ["throttle_active"]},
+         description="1x H100 under load (100 % util, 629 W) with HW Slowdown and HW Power Brake Slowdown active",
+         edits=[("        HW Slowdown                                    : Not Active",
+                 "        HW Slowdown                                    : Active", 1),
+                ("            HW Power Brake Slowdown                    : Not Active",
+                 "            HW Power Brake Slowdown                    : Active", 1)],
+         edited="'HW Slowdown' and 'HW Power Brake Slowdown' changed from Not Active to Active (2 lines); "
+                "nothing else changed.",
+         absent=["xid_fatal", "pcie_link_degraded"]),
     dict(name="8xh100-gpu-missing-edited", capture=H100_8X, verdict="FAIL", codes=["gpu_count_mismatch"],
          options={"expected_count": 8},
          description="8x H100 box where nvidia-smi sees only 7 GPUs",
@@ -123,6 +133,9 @@ SCENARIOS = [
          codes=["driver_unavailable"], source=["errors/driver-library-mismatch__nvml-535.161__exit18.txt"],
          description="driver upgraded without reload: 'Failed to initialize NVML: Driver/library version mismatch', "
                      "exit 18"),
+    dict(name="no-devices", capture=None, markers=["MARKER-no-devices"], verdict="FAIL",
+         codes=["driver_unavailable"], source=["errors/no-devices-were-found__exit-UNVERIFIED.txt"],
+         description="the driver answers but nvidia-smi finds no GPU: 'No devices were found' (exit 6, unverified)"),
     dict(name="hang", capture=H100_IDLE, markers=["MARKER-hang"], verdict="FAIL", codes=["nvidia_smi_timeout"],
          description="nvidia-smi never returns (driver stuck, as after Xid 45/119); the caller's timeout fires"),
 ]
@@ -131,6 +144,7 @@ MARKER_TEXT = {
     "MARKER-no-driver": "nvidia-smi answers like a box without the NVIDIA driver (exit 9).\n",
     "MARKER-driver-library-mismatch": "nvidia-smi answers 'Driver/library version mismatch' (exit 18).\n",
     "MARKER-hang": "nvidia-smi sleeps until it is killed.\n",
+    "MARKER-no-devices": "nvidia-smi answers 'No devices were found' (exit 6).\n",
     "MARKER-kernel-log-unreadable": "fake dmesg/journalctl refuse to read the kernel log (exit 1).\n",
 }
 

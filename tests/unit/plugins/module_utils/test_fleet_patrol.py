@@ -110,3 +110,19 @@ def test_jobs_and_findings_that_are_not_mappings_are_a_malformed_result():
     row = fleet_patrol.patrol_row("lab-01", record)
     assert row["verdict"] == "FAIL" and [f["code"] for f in row["findings"]].count("malformed_result") == 2
     assert len(row["jobs"]) == 1
+
+
+def test_patrol_a_dying_gpu_says_why_the_job_is_gone_and_gpu_findings_escalate():
+    """Issue 16, item 6: xid_fatal explains a dead job, so it is the top finding; throttle_active escalates; an empty
+    GPU sample is a WARN that is shown, not escalated."""
+    gone = job(alive=False, pid=None, items_done=2, last_exit_code=1, vanished_reason="unknown")
+    found = [finding_of("FAIL", "job_gone_incomplete", "train is not running at 2/7 items (exit code 1)"),
+             finding_of("FAIL", "throttle_active", "GPU 0 (0000:19:00) is being throttled ... under load"),
+             finding_of("FAIL", "xid_fatal", "GPU at PCI 0000:07:00 (not listed by nvidia-smi) logged Xid 48 ...")]
+    row = fleet_patrol.patrol_row("lab-02", patrol_record(probe([gone], found)))
+    assert row["verdict"] == "FAIL" and row["top_finding"].startswith("xid_fatal: ")
+    assert [reason.split(":")[0] for reason in row["reasons"]] == ["xid_fatal", "job_gone_incomplete",
+                                                                   "throttle_active"]
+    row = fleet_patrol.patrol_row("lab-03", patrol_record(probe([job()], [
+        finding_of("WARN", "gpu_sample_empty", "the GPU sample came back empty: ...")])))
+    assert row["verdict"] == "WARN" and row["reasons"] == [] and row["top_finding"].startswith("gpu_sample_empty: ")

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup as cgroup_utils
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
 QUERY_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "query-gpu")
@@ -178,13 +179,17 @@ def fake_nvidia_smi(bin_dir, output, rc=0):
     script.chmod(0o755)
 
 
+# the newer spelling of a field in the all-fields captures of drivers that print it
+ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active", "clocks.sm": "clocks.current.sm"}
+
+
 def derived_gpu_rows(name):
-    """Project a real ``--query-gpu`` capture (with header) onto index, utilization.gpu, memory.used, memory.total
-    in ``noheader,nounits`` form: DERIVED from the capture, values unchanged."""
+    """Project a real ``--query-gpu`` capture (with header) onto patrol's fields (gpu_patrol.PATROL_FIELDS) in
+    ``noheader,nounits`` form: DERIVED from the capture, values unchanged."""
     with open(os.path.join(QUERY_GPU, name)) as handle:
         lines = handle.read().splitlines()
     header = [cell.strip().split(" [")[0] for cell in lines[0].split(",")]
-    cols = [header.index(field) for field in ("index", "utilization.gpu", "memory.used", "memory.total")]
+    cols = [header.index(field if field in header else ALIASES[field]) for field, _k, _c in gpu_patrol.PATROL_FIELDS]
     rows = []
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.split(",")]
@@ -212,11 +217,87 @@ def test_gpu_missing_or_failing_is_never_a_failure(module_runner, tmp_path, monk
     result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True})
     assert result["gpus"] is None and codes(result) == ["gpu_unavailable", "job_finished"]
     assert result["status"] == "PASS"
+    # a CPU-only box: its kernel log is not read for Xids (no kernel_log_unreadable either)
+    (tmp_path / "jobs" / "g" / "job.meta.json").write_text(json.dumps({"launched_epoch": 0}))
+    result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True,
+                                    "kernel_log": str(tmp_path / "absent.log")})
+    assert codes(result) == ["gpu_unavailable", "job_finished"] and result["xid_since"] is None
     fake_nvidia_smi(tmp_path / "bin", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n",
                     rc=9)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True})
     assert result["gpus"] is None and "gpu_query_failed" in codes(result)
+
+
+XID_LOGS = os.path.join(os.path.dirname(QUERY_GPU), "xid-logs")
+
+
+def boot_epoch():
+    with open("/proc/uptime") as handle:
+        return time.time() - float(handle.read().split()[0])
+
+
+def gpu_box(tmp_path, monkeypatch, launched=None, logs=()):
+    """A finished job (launched at ``launched``), a fake nvidia-smi printing a real H200 sample and a kernel log
+    file made of real captured logs."""
+    fake_nvidia_smi(tmp_path / "bin", derived_gpu_rows(
+        "query-gpu-all-fields__nvidia-h200__590.48.01__linux-x86_64.load.csv"))
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path / "bin", os.environ["PATH"]))
+    make_job(tmp_path / "jobs", "g", final={"exit_code": 0},
+             meta=None if launched is None else {"launched_epoch": launched})
+    kern = tmp_path / "kern.log"
+    kern.write_text("".join(open(os.path.join(XID_LOGS, name)).read() for name in logs))
+    return {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True, "kernel_log": str(kern)}
+
+
+def test_xid_events_since_the_job_started(module_runner, tmp_path, monkeypatch):
+    """A GPU that fell off the bus at 1843 s after boot, then Xid 48 at 240314 s: a job launched in between sees
+    only Xid 48, as xid_fatal; one launched after both sees nothing."""
+    logs = ("dmesg__fallen-off-bus-multiline-no-xid__570.158.01__nvsentinel-155.log",
+            "syslog__xid-48-dbe__TRUNCATED__gpu-operator-1146.log")
+    boot = boot_epoch()
+    args = gpu_box(tmp_path, monkeypatch, launched=boot + 100000, logs=logs)
+    result = report(module_runner, args)
+    assert [e["xid"] for e in result["xid_events"]] == [48] and result["xid_since"] == boot + 100000
+    fatal = [f for f in result["findings"] if f["code"] == "xid_fatal"]
+    assert len(fatal) == 1 and fatal[0]["level"] == "FAIL" and "Xid 48" in fatal[0]["message"]
+    assert fatal[0]["action"] == gpu_patrol.DYING_ACTION and result["status"] == "FAIL"
+    assert result["gpus"][0]["throttle_reasons"] == []
+
+    meta = tmp_path / "jobs" / "g" / "job.meta.json"
+    meta.write_text(json.dumps({"launched_epoch": boot + 300000}))
+    result = report(module_runner, args)
+    assert result["xid_events"] == [] and codes(result) == ["job_finished"]
+
+
+def test_no_job_start_no_kernel_log_and_none(module_runner, tmp_path, monkeypatch):
+    args = gpu_box(tmp_path, monkeypatch, launched=None, logs=("syslog__xid-48-dbe__TRUNCATED__gpu-operator-1146.log",))
+    result = report(module_runner, args)  # no meta: no start, so nothing is new
+    assert result["xid_since"] is None and result["xid_events"] == [] and codes(result) == ["job_finished"]
+    (tmp_path / "jobs" / "g" / "job.meta.json").write_text(json.dumps({"launched_epoch": 0}))
+    result = report(module_runner, dict(args, kernel_log="none"))
+    assert result["xid_events"] == [] and codes(result) == ["job_finished"]
+    result = report(module_runner, dict(args, kernel_log=str(tmp_path / "absent.log")))
+    assert codes(result) == ["job_finished", "kernel_log_unreadable"] and result["status"] == "PASS"
+    unreadable = [f for f in result["findings"] if f["code"] == "kernel_log_unreadable"][0]
+    assert unreadable["level"] == "INFO" and "absent.log" in unreadable["message"]
+    for bad, words in (("relative.log", "absolute path"), (str(tmp_path), "not a regular file")):
+        failed, result = module_runner(job_status, dict(args, kernel_log=bad))
+        assert failed and words in result["msg"] and "Traceback" not in result["msg"], result
+        assert result["xid_events"] == [] and result["xid_since"] is None
+
+
+def test_an_empty_gpu_sample_is_a_warn(module_runner, tmp_path, monkeypatch):
+    make_job(tmp_path / "jobs", "g", final={"exit_code": 0})
+    with open(os.path.join(os.path.dirname(QUERY_GPU), "errors", "no-devices-were-found__exit-UNVERIFIED.txt")) as fh:
+        fake_nvidia_smi(tmp_path / "bin", fh.read(), rc=6)
+    monkeypatch.setenv("PATH", "%s:%s" % (tmp_path / "bin", os.environ["PATH"]))
+    result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True, "kernel_log": "none"})
+    assert result["gpus"] == [] and codes(result) == ["gpu_sample_empty", "job_finished"]
+    assert result["status"] == "WARN"
+    fake_nvidia_smi(tmp_path / "bin", "", rc=0)
+    result = report(module_runner, {"name": "g", "run_dir": str(tmp_path / "jobs"), "gpu": True, "kernel_log": "none"})
+    assert result["gpus"] == [] and codes(result) == ["gpu_sample_empty", "job_finished"]
 
 
 def test_paths_reuse_the_disk_findings(module_runner, tmp_path):
