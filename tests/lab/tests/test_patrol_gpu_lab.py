@@ -3,9 +3,7 @@ under load, a fatal Xid written after the job started (and the same line when th
 GPU sample, an unreadable kernel log, and still exactly one SSH execution per host per tick."""
 from __future__ import annotations
 
-import re
 import shlex
-import shutil
 
 import pytest
 
