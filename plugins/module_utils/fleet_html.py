@@ -227,10 +227,10 @@ def chart(title, view, lines, top=100.0, thresholds=(), now=None, suffix="%"):
                 height - pad - (height - 2 * pad) * min(max(value, 0), top) / top)
 
     parts, counts = [], []
-    for value, cls, label in thresholds:
+    for number, (value, cls, label) in enumerate(thresholds):
         _x, y = xy(start, value)
         parts.append('<line class="%s" x1="0" x2="%d" y1="%.1f" y2="%.1f"/><text x="%d" y="%.1f">%s</text>' % (
-            cls, width, y, y, width - 60, max(9, y - 2), esc(label)))
+            cls, width, y, y, width - 55 * (len(thresholds) - number), max(9, y - 2), esc(label)))
     for key, cls in lines:
         points = thin(view["series"][key])
         counts.append(len(points))
