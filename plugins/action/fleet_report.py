@@ -155,6 +155,9 @@ def update_dashboard(args, rows, hostvars, clocks, now):
             _host_var(host_vars, "trainer_billed")) else None
         record = fleet_history.history_record(row, args["kind"], now, price,
                                               _host_var(host_vars, "trainer_price_currency"))
+        if _host_var(host_vars, "trainer_durable_dir") in (None, _host_var(host_vars, "trainer_data_dir")):
+            record.pop("dur_b", None)  # one tier (RunPod's /workspace): its usage is the data disk's
+            record.pop("dur_i", None)
         try:
             fleet_history.append_record(args["history_dir"], record)
         except fleet_history.HistoryError as exc:
