@@ -330,8 +330,8 @@ def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, war
     if total["finish_in_s"] is not None:
         finish = "in about %s (%s)" % (ago(total["finish_in_s"]), utc(now + total["finish_in_s"]))
     elif total["items_total"]:
-        finish = "unknown (%d host(s) without progress in the last %d h)" % (total["hosts_without_rate"],
-                                                                           RATE_WINDOW // 3600)
+        finish = "unknown (%d host(s) without progress in the last %d h)" % (
+            total["hosts_without_rate"], RATE_WINDOW // 3600)
     else:
         finish = "-"
     stats = [("hosts", "%d" % total["hosts"], verdicts),

@@ -166,4 +166,3 @@ def test_chromium_shows_every_card_its_charts_and_no_console_error(fleet, ticks,
         assert console == [] and os.path.getsize(shot) > 10000, console
     index = json.loads((out / "fleet.json").read_text())
     assert sorted(h["host"] for h in index["hosts"]) == sorted(rows)
-

@@ -10,7 +10,6 @@ import os
 from test_fleet_report import PATROL_VARS, PREFLIGHT_VARS, profile, run_action, screen, task_vars  # noqa: F401
 
 
-
 def job(items_done):
     return {"name": "train", "exists": True, "alive": True, "items_done": items_done, "items_total": 7,
             "progress": {"text": "epoch 12", "unit": "epoch", "value": 12}, "log_age_seconds": 20, "tail": []}

@@ -45,8 +45,8 @@ class Page(html.parser.HTMLParser):
 
 
 def test_cards_show_verdict_top_finding_and_action_worst_first():
-    fleet = {"lab-01": records(3), "lab-02": records(2, "lab-02", verdict="FAIL", top="job_crashed",
-                                                      msg="1 crash marker", action="Read the log")}
+    fleet = {"lab-01": records(3),
+             "lab-02": records(2, "lab-02", verdict="FAIL", top="job_crashed", msg="1 crash marker", action="Read the log")}
     page = Page(fleet_html.render(fleet, NOW, title="patrol"))
     cards = page.all("article")
     assert [c["data-host"] for c in cards] == ["lab-02", "lab-01"]
