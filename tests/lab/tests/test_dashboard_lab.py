@@ -166,3 +166,14 @@ def test_chromium_shows_every_card_its_charts_and_no_console_error(fleet, ticks,
         assert console == [] and os.path.getsize(shot) > 10000, console
     index = json.loads((out / "fleet.json").read_text())
     assert sorted(h["host"] for h in index["hosts"]) == sorted(rows)
+
+
+def test_the_dashboard_goes_next_to_the_report_and_patrol_dashboard_false_writes_none(fleet, tmp_path):
+    proc, rows = patrol(fleet, tmp_path, "-l", "lab-01")
+    assert proc.returncode == 0 and rows["lab-01"]["verdict"] == "PASS", proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.html", "fleet.json", "history", "patrol.json"]
+    assert len((tmp_path / "history" / "lab-01.jsonl").read_text().splitlines()) == 1
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    proc, rows = patrol(fleet, quiet, "-l", "lab-01", "-e", "patrol_dashboard=false")
+    assert proc.returncode == 0 and rows and sorted(p.name for p in quiet.iterdir()) == ["patrol.json"]
