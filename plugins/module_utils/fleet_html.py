@@ -314,8 +314,9 @@ def _alerts(views, clocks, now):
 
 
 def fleet_views(fleet, now, window=WINDOW):
-    """The host views, worst verdict first, then by host name."""
-    views = [host_view(host, records, now, window) for host, records in fleet.items() if records]
+    """The views of the hosts seen within ``window``, worst verdict first, then by host name."""
+    views = [host_view(host, records, now, window) for host, records in fleet.items()
+             if records and records[-1].get("t", 0) >= now - window]  # a host gone for longer is left out
     order = dict((verdict, i) for i, verdict in enumerate(VERDICTS))
     return sorted(views, key=lambda v: (order.get(v["verdict"], 0), v["host"]))
 

@@ -142,3 +142,10 @@ def test_index_is_json_with_the_summary_and_no_series():
 def test_empty_history_is_a_page_not_a_traceback():
     assert "no history yet" in fleet_html.render({}, NOW)
     assert "lab-01" in fleet_html.render({"lab-01": [{"t": NOW}]}, NOW)  # a record with only a time
+
+
+def test_a_host_not_seen_within_the_window_is_left_out():
+    fleet = {"lab-01": records(2), "gone": records(2, "gone", tick=86400 * 3)}
+    fleet["gone"] = [dict(r, t=r["t"] - 8 * 86400) for r in fleet["gone"]]
+    assert [v["host"] for v in fleet_html.fleet_views(fleet, NOW)] == ["lab-01"]
+    assert [v["host"] for v in fleet_html.fleet_views(fleet, NOW, window=30 * 86400)] == ["gone", "lab-01"]
