@@ -176,9 +176,9 @@ def compact(records, now, retention=RETENTION):
             continue
         key = (size, int(record.get("t", 0)) // size)
         previous = buckets.get(key)
-        count = (previous.get("n", 1) if previous else 0) + record.get("n", 1)
+        count = (previous["n"] if previous else 0) + (_int(record.get("n")) or 1)
         slim = dict((k, v) for k, v in record.items() if k not in WORDY)
-        slim.update(b=max(size, record.get("b", 0)), n=count)
+        slim.update(b=max(size, _num(record.get("b")) or 0), n=count)
         buckets[key] = slim
     older = sorted(buckets.values(), key=lambda r: r.get("t", 0))
     return older + kept

@@ -70,6 +70,11 @@ def _num(value):
     return value
 
 
+def _text(value):
+    """A record's text value as str (None when empty or absent): a hand-edited record may hold anything."""
+    return None if value is None or value == "" else str(value)
+
+
 def ago(seconds):
     """``45 s``, ``12 min``, ``3.5 h``, ``4.2 d``."""
     seconds = max(0, seconds)
@@ -86,9 +91,11 @@ def utc(epoch):
     return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _latest(records, key):
+def _latest(records, key, text=False):
+    """The last record that holds a number (``text``: a non-empty text) for ``key``, or None."""
     for record in reversed(records):
-        if _num(record.get(key)) is not None or (isinstance(record.get(key), str) and record.get(key)):
+        value = record.get(key)
+        if (isinstance(value, str) and value) if text else _num(value) is not None:
             return record
     return None
 
@@ -144,18 +151,20 @@ def spent(records):
         if price is None:
             continue
         gap = max(0, after.get("t", 0) - before.get("t", 0))
-        total += price * min(gap, max(SPEND_GAP, after.get("b") or 0)) / 3600.0
-        currency = before.get("cur") or currency or "?"
+        total += price * min(gap, max(SPEND_GAP, _num(after.get("b")) or 0)) / 3600.0
+        currency = _text(before.get("cur")) or currency or "?"
     return (round(total, 2), currency) if currency else (None, None)
 
 
 def host_view(host, records, now, window=WINDOW):
     """What the card, the summary and the index show of one host (a dict of plain values)."""
     last = records[-1]
-    view = {"host": host, "verdict": last.get("verdict") or "?", "kind": last.get("kind"), "t": last.get("t"),
+    verdict = last.get("verdict")
+    view = {"host": host, "verdict": verdict if isinstance(verdict, str) and verdict else "?",
+            "kind": _text(last.get("kind")), "t": last.get("t"),
             "top": last.get("top"), "msg": last.get("msg"), "action": last.get("action"),
-            "platform": (_latest(records, "platform") or {}).get("platform")}
-    gpus = _latest(records, "gpus")
+            "platform": (_latest(records, "platform", text=True) or {}).get("platform")}
+    gpus = _latest(records, "gpus", text=True)
     count = _latest(records, "gpu_count")
     view["gpu"] = gpus["gpus"] if gpus else ("%d GPU(s)" % count["gpu_count"] if count else None)
     for key in ("gpu_util", "gpu_mem", "data_b", "data_i", "dur_b", "dur_i", "jobs"):
@@ -172,7 +181,7 @@ def host_view(host, records, now, window=WINDOW):
     price = _num(last.get("price"))
     view["price"] = price if price is not None and now - last.get("t", 0) <= BURN_FRESH else None
     if view["price"] is not None:
-        view["currency"] = last.get("cur") or view["currency"] or "?"
+        view["currency"] = _text(last.get("cur")) or view["currency"] or "?"
     if _num(last.get("idle_h")) is not None:
         view["idle_h"], view["idle_cost"] = last["idle_h"], _num(last.get("idle_cost"))
     start = max(now - window, records[0].get("t", 0))

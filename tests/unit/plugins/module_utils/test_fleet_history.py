@@ -182,3 +182,9 @@ def test_sampled_read_parses_about_the_points_drawn_and_every_recent_line(tmp_pa
     assert parsed[1]["b"] == parsed[1]["t"] - parsed[0]["t"] > 300
     few = fleet_history.sample_lines(text[:2000], NOW, 30 * 86400, 144, 6 * 3600)
     assert len(few) == text[:2000].count("\n") + (0 if text[:2000].endswith("\n") else 1)
+
+
+def test_compaction_of_hand_edited_records_is_no_traceback():
+    old = [{"t": NOW - 10 * 86400 + i, "n": value, "b": value} for i, value in enumerate([[1], "x", None, 2.5, -1])]
+    compacted = fleet_history.compact(old, NOW)
+    assert len(compacted) == 1 and compacted[0]["b"] == 3600

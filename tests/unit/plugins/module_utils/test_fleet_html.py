@@ -149,3 +149,16 @@ def test_a_host_not_seen_within_the_window_is_left_out():
     fleet["gone"] = [dict(r, t=r["t"] - 8 * 86400) for r in fleet["gone"]]
     assert [v["host"] for v in fleet_html.fleet_views(fleet, NOW)] == ["lab-01"]
     assert [v["host"] for v in fleet_html.fleet_views(fleet, NOW, window=30 * 86400)] == ["gone", "lab-01"]
+
+
+def test_hand_edited_records_of_any_type_are_a_page_not_a_traceback():
+    odd = [[1], {"a": 1}, "x", None, True, float("nan"), -5, 10 ** 30]
+    for value in odd:
+        record = dict((key, value) for key in ("verdict", "kind", "top", "msg", "action", "platform", "gpus",
+                                               "done", "total", "prog", "prog_total", "unit", "data_b", "data_i",
+                                               "gpu_util", "gpu_mem", "gpu_count", "log_age", "price", "cur",
+                                               "idle_h", "idle_cost", "jobs", "b", "n"))
+        fleet = {"lab-01": [dict(record, t=NOW - 600), dict(record, t=NOW)]}
+        text = fleet_html.render(fleet, NOW)
+        assert 'data-host="lab-01"' in text
+        json.dumps(fleet_html.index(fleet, NOW), default=str)
