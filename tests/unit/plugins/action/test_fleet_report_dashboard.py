@@ -7,7 +7,16 @@ from __future__ import annotations
 import json
 import os
 
-from test_fleet_report import PATROL_VARS, PREFLIGHT_VARS, profile, run_action, screen, task_vars  # noqa: F401
+import pytest
+
+from test_fleet_report import PATROL_VARS, PREFLIGHT_VARS, action, profile, run_action, task_vars
+
+
+@pytest.fixture(name="screen")
+def screen_fixture(monkeypatch):
+    printed = []
+    monkeypatch.setattr(action.display, "display", printed.append)
+    return printed
 
 
 def job(items_done):
@@ -38,7 +47,7 @@ def dashboard_args(tmp_path, **extra):
     return args
 
 
-def test_each_run_appends_a_record_per_host_and_draws_the_page_and_index(tmp_path, screen):  # noqa: F811
+def test_each_run_appends_a_record_per_host_and_draws_the_page_and_index(tmp_path, screen):
     for _tick in range(3):
         result = run_action(dashboard_args(tmp_path), patrol_vars(["lab-01", "lab-02"]))
         assert not result.get("failed"), result
@@ -59,27 +68,26 @@ def test_each_run_appends_a_record_per_host_and_draws_the_page_and_index(tmp_pat
             assert secret not in text
 
 
-def test_without_html_path_only_the_history_is_written(tmp_path, screen):  # noqa: F811
+def test_without_html_path_only_the_history_is_written(tmp_path, screen):
     result = run_action(dashboard_args(tmp_path, html_path=None), patrol_vars(["lab-01"]))
     assert not result.get("failed") and result["html_path"] is None and result["index_path"] is None
     assert (tmp_path / "reports" / "history" / "lab-01.jsonl").exists()
     assert not (tmp_path / "reports" / "fleet.html").exists()
 
 
-def test_without_history_dir_nothing_is_written(tmp_path, screen):  # noqa: F811
+def test_without_history_dir_nothing_is_written(tmp_path, screen):
     result = run_action(dashboard_args(tmp_path, history_dir=None, html_path=None), patrol_vars(["lab-01"]))
     assert not result.get("failed") and sorted(os.listdir(str(tmp_path / "reports"))) == ["patrol.json"]
 
 
-def test_html_path_must_end_in_html_and_needs_the_history(tmp_path, screen):  # noqa: F811
+def test_html_path_must_end_in_html_and_needs_the_history(tmp_path, screen):
     result = run_action(dashboard_args(tmp_path, html_path=str(tmp_path / "fleet.htm")), patrol_vars(["lab-01"]))
     assert result["failed"] and "must end in .html" in result["msg"]
     result = run_action(dashboard_args(tmp_path, history_dir=None), patrol_vars(["lab-01"]))
     assert result["failed"] and "needs history_dir" in result["msg"]
 
 
-def test_a_host_name_with_a_path_separator_is_a_warning_not_a_file(tmp_path, screen, monkeypatch):  # noqa: F811
-    from ansible_collections.remote_gpu.trainer.plugins.action import fleet_report as action
+def test_a_host_name_with_a_path_separator_is_a_warning_not_a_file(tmp_path, screen, monkeypatch):
     warned = []
     monkeypatch.setattr(action.display, "warning", warned.append)
     result = run_action(dashboard_args(tmp_path), patrol_vars(["../../evil", "lab-01"]))
@@ -90,7 +98,7 @@ def test_a_host_name_with_a_path_separator_is_a_warning_not_a_file(tmp_path, scr
     assert not os.path.exists(str(tmp_path / "evil.jsonl"))
 
 
-def test_an_unwritable_history_dir_is_a_message(tmp_path, screen):  # noqa: F811
+def test_an_unwritable_history_dir_is_a_message(tmp_path, screen):
     blocker = tmp_path / "reports"
     blocker.mkdir()
     (blocker / "history").write_text("a file, not a directory")
@@ -98,7 +106,7 @@ def test_an_unwritable_history_dir_is_a_message(tmp_path, screen):  # noqa: F811
     assert result["failed"] and "history" in result["msg"], result
 
 
-def test_preflight_writes_history_too(tmp_path, screen):  # noqa: F811
+def test_preflight_writes_history_too(tmp_path, screen):
     result = run_action({"result_vars": PREFLIGHT_VARS, "history_dir": str(tmp_path / "history"),
                          "html_path": str(tmp_path / "fleet.html"), "fail_run": False}, task_vars())
     assert not result.get("failed"), result
