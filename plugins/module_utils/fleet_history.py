@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_preflight import gpu_summary
 
 VERSION = 1
 SUFFIX = ".jsonl"
@@ -131,6 +132,8 @@ def history_record(row, kind, now, price=None, currency=None):
               "dur_b": _num(row.get("durable_bytes_pct")), "dur_i": _num(row.get("durable_inodes_pct"))}
     if kind == "preflight" and row.get("gpus") not in (None, "-"):
         record["gpus"] = _clip(row["gpus"], 80)
+    elif isinstance(row.get("gpus"), list) and any(isinstance(g, dict) and g.get("name") for g in row["gpus"]):
+        record["gpus"] = _clip(gpu_summary(row["gpus"]), 80)  # patrol: the names from its one query
     jobs = _first_job(row)
     if jobs:
         done = [d for d in (_int(j.get("items_done")) for j in jobs) if d is not None]

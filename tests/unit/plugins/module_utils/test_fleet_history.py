@@ -188,3 +188,10 @@ def test_compaction_of_hand_edited_records_is_no_traceback():
     old = [{"t": NOW - 10 * 86400 + i, "n": value, "b": value} for i, value in enumerate([[1], "x", None, 2.5, -1])]
     compacted = fleet_history.compact(old, NOW)
     assert len(compacted) == 1 and compacted[0]["b"] == 3600
+
+
+def test_a_patrol_row_with_gpu_names_records_the_model_for_the_card():
+    row = patrol_row()
+    row["gpus"] = [dict(gpu, name="NVIDIA H100 80GB HBM3") for gpu in row["gpus"]] * 2
+    record = fleet_history.history_record(row, "patrol", NOW)
+    assert (record["gpus"], record["gpu_count"]) == ("2x NVIDIA H100 80GB HBM3", 2)
