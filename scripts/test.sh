@@ -38,7 +38,7 @@ run_changelog() {
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
   local rc=0
-  pytest -q tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null) || rc=$?
+  pytest -q --durations=15 tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null) || rc=$?
   if [[ $rc -eq 5 ]]; then
     echo "pytest collected no tests: that is a failure" >&2
     return 1
