@@ -14,8 +14,8 @@ from hostile import Case, start
 
 from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import ActionModule as FleetReport
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
-from ansible_collections.remote_gpu.trainer.plugins.modules import (env_audit, gpu_health, inode_check, preflight_probe,
-                                                                   vram_reaper)
+from ansible_collections.remote_gpu.trainer.plugins.modules import (
+    env_audit, gpu_health, inode_check, preflight_probe, vram_reaper)
 
 
 def codes(result):

@@ -5,7 +5,6 @@ check, fail_on and check mode."""
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -96,15 +95,14 @@ def without_volatile(result):
         result["paths"] = [dict((key, value) for key, value in usage.items() if not key.startswith(("bytes_", "inodes_")))
                            for usage in result["paths"]]
     if "gpus" in result:
-        result["gpus"] = [dict(gpu, **{key: None for key in ("temperature_c", "sm_clock_mhz", "power_draw_w",
-                                                            "utilization_gpu_pct", "memory_used_mib")})
-                          for gpu in result["gpus"]]
+        sampled = ("temperature_c", "sm_clock_mhz", "power_draw_w", "utilization_gpu_pct", "memory_used_mib")
+        result["gpus"] = [dict(gpu, **dict.fromkeys(sampled)) for gpu in result["gpus"]]
     return result
 
 
 @pytest.mark.parametrize("scenario", ["8xh100-hwslowdown", "xid13-gr-exception", "h100-idle", "no-driver"])
 def test_the_same_results_as_the_three_modules_one_by_one(module_runner, tmp_path, monkeypatch, cgroup_root,
-                                                           slow_torch, scenario):
+                                                          slow_torch, scenario):
     slow_torch()
     home, log = box(tmp_path, monkeypatch, scenario)
     env = {"cgroup_root": str(cgroup_root), "proxy_hook": str(tmp_path / "network_turbo")}  # a missing hook
@@ -133,16 +131,13 @@ def test_the_gpu_sampling_overlaps_the_other_checks(module_runner, tmp_path, mon
     """GPU sampling of 3 s and a torch import of 2 s take about 3 s together, not 5."""
     slow_torch(2.0)
     home, log = box(tmp_path, monkeypatch, "h100-idle")
-    start = time.monotonic()
     failed, probe = module_runner(preflight_probe, {"storage": storage_args(home),
                                                     "gpu": gpu_args(log, sample_seconds=3),
                                                     "env": {"cgroup_root": str(cgroup_root)}, "fail_on": "never"})
-    wall = time.monotonic() - start
     assert not failed, probe
     seconds = probe["seconds"]
     assert probe["gpu_health"]["samples"] == 5 and seconds["gpu"] >= 3 and seconds["env"] >= 2
-    assert seconds["total"] < seconds["gpu"] + seconds["env"] - 1.5, seconds
-    assert wall < 3 + 2, wall
+    assert seconds["total"] < seconds["gpu"] + seconds["env"] - 1.5, seconds  # sequential, it would be their sum
 
 
 def test_the_gpu_facts_reach_the_environment_audit(module_runner, tmp_path, monkeypatch, cgroup_root, slow_torch):
@@ -179,7 +174,7 @@ def test_a_wrong_parameter_names_its_check_and_nothing_runs(module_runner, tmp_p
 
 
 def test_a_check_that_fails_while_it_runs_fails_the_probe_with_the_others_results(module_runner, tmp_path,
-                                                                                   cgroup_root):
+                                                                                  cgroup_root):
     """A kernel log that is a directory is a wrong parameter found when the GPU check reads it."""
     failed, result = module_runner(preflight_probe, {
         "storage": {"paths": [str(tmp_path)]},
