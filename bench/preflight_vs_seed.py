@@ -7,8 +7,10 @@ with preflight_sample_seconds=0), and the SSH executions per host of each (targe
 preflight and the seed sample nothing over time (the seed's `dmon -s pucvmet` selection has no real capture, so the
 emulator refuses it and the seed skips its sampling; preflight runs with preflight_sample_seconds=0), so the
 comparison is about the probes themselves. Runs are interleaved, and every run connects cold (the seed with
-ControlPath=none; Ansible's ControlPersist masters are closed before each playbook run). Needs root (the lab fleet).
-LAB_NET=127.0.N moves the fleet off the default addresses.
+ControlPath=none; Ansible's ControlPersist masters are closed before each playbook run). Then where preflight's time
+goes: its first play (the profile validation) alone, and the rest (the probe play: the one SSH execution per host,
+the fleet table, the report) alone. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default
+addresses.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -51,6 +55,21 @@ def run_playbook(inventory, wrapper, playbook, *extra):
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=False).returncode
 
 
+def split_preflight(directory):
+    """Two playbooks in ``directory``: preflight.yml's first play alone, and its other plays; with the playbook's
+    group_vars (the profiles) beside them -> {label: path}."""
+    plays = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())
+    (directory / "group_vars").symlink_to(REPO / "playbooks" / "group_vars")
+    parts = {}
+    for label, name, chosen in (("its first play alone: %s" % plays[0]["name"], "first.yml", plays[:1]),
+                                ("the rest alone: %s" % "; ".join(play["name"] for play in plays[1:]), "rest.yml",
+                                 plays[1:])):
+        path = directory / name
+        path.write_text(yaml.safe_dump(chosen, sort_keys=False))
+        parts[label] = path
+    return parts
+
+
 def per_host(counts, addresses):
     """The distinct numbers of SSH executions per host over all runs (every address counts, 0 included)."""
     return sorted({n for run in counts for n in [run.get(address, 0) for address in addresses]})
@@ -60,6 +79,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-breakdown", action="store_true", help="skip where preflight's time goes")
     args = parser.parse_args()
     script = seed_script("gpu_health.sh")
     with lab_fleet(args.hosts) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
@@ -107,6 +127,19 @@ def main():
             " ".join("%.2f" % t for t in times[side]) for side in ("seed", "ping", "preflight")))
         print("  preflight also checks every GPU, storage tiers and inodes, the environment, and writes a report;")
         print("  the seed checks GPU 0 only.")
+        if not args.no_breakdown:
+            print("where preflight's time goes (median of %d, each measured alone, cold):" % args.repeat)
+            for label, playbook in split_preflight(tmp).items():
+                part = []
+                for _round in range(args.repeat):
+                    close_masters(state)
+                    seconds, _rc = timed(lambda playbook=playbook: run_playbook(
+                        inventory, "ssh", playbook, "-e", "preflight_sample_seconds=0",
+                        "-e", "preflight_report_path=%s" % report))
+                    part.append(seconds)
+                print("  %-70s %.2f s  (%.2f x the ping floor)" % (
+                    label, statistics.median(part), statistics.median(part) / median["ping"]))
+            close_masters(state)
         return 0 if executions["preflight"] == [1] else 1
 
 

@@ -232,9 +232,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_health impo
 
 
 def build_module():
-    return AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, fail_on=dict(type="str", default="FAIL",
-                                                                       choices=["FAIL", "WARN", "never"])),
-                         supports_check_mode=True)
+    fail_on = dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"])
+    return AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, fail_on=fail_on), supports_check_mode=True)
 
 
 def main():
