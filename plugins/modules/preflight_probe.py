@@ -134,7 +134,6 @@ options:
       - Omitted, every option has its default.
     type: dict
     default: {}
-    apply_defaults: true
     suboptions:
       expected_count:
         description: As O(remote_gpu.trainer.gpu_health#module:expected_count). Not checked when omitted.
@@ -181,7 +180,6 @@ options:
       - Omitted, every option has its default.
     type: dict
     default: {}
-    apply_defaults: true
     suboptions:
       proxy_hook:
         description: As O(remote_gpu.trainer.env_audit#module:proxy_hook).
