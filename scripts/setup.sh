@@ -7,10 +7,22 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 APT_PACKAGES=(openssh-server openssh-client rsync tmux tinyproxy iproute2 util-linux procps python3-venv curl)
+# Installed as root (CI); without root only noted: the dashboard's browser test (tests/lab) skips without it.
+OPTIONAL_APT_PACKAGES=(chromium)
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  installed "$p" || missing+=("$p")
+done
+for p in "${OPTIONAL_APT_PACKAGES[@]}"; do
+  if ! installed "$p"; then
+    if [[ $(id -u) -eq 0 ]]; then
+      missing+=("$p")
+    else
+      echo "setup: optional Debian package $p is missing (the dashboard's browser test will skip)" >&2
+    fi
+  fi
 done
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

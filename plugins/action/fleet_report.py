@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -16,7 +17,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_patrol, fleet_preflight
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_prom
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html, fleet_prom
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
@@ -47,6 +48,9 @@ def check_args(args):
     if args["prom_path"] and not args["prom_path"].endswith(".prom"):
         raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
                                 "*.prom files)" % args["prom_path"])
+    if args["html_path"] and not (args["html_path"].endswith(".html") and args["history_dir"]):
+        raise AnsibleActionFail("html_path %s must end in .html and needs history_dir (the page is drawn from the "
+                                "history)" % args["html_path"])
     missing = [option for _key, option in RESULTS_BY_KIND[args["kind"]] if not args["result_vars"].get(option)]
     if args["kind"] == "preflight" and args["result_vars"].get(ONE_PROBE_OPTION):
         missing = []
@@ -145,6 +149,54 @@ def write_file(path, text, what):
             what, path, to_native(exc.strerror or exc), what))
 
 
+def index_path(html_path):
+    """The dashboard's JSON index: the page's path ending in .json."""
+    return html_path[:-len(".html")] + ".json" if html_path else None
+
+
+def update_dashboard(args, rows, hostvars, clocks, now):
+    """Append each row to its host's history (args.history_dir), then, with args.html_path, draw the page and its
+    JSON index from every host's history -> the warnings (a refused host name, a torn line)."""
+    warnings = []
+    for row in rows:
+        host_vars = hostvars.get(row["host"])
+        price = billing.price_of(_host_var(host_vars, "trainer_price_per_hour")) if billing.billed(
+            _host_var(host_vars, "trainer_billed")) else None
+        record = fleet_history.history_record(row, args["kind"], now, price,
+                                              _host_var(host_vars, "trainer_price_currency"))
+        if _host_var(host_vars, "trainer_durable_dir") in (None, _host_var(host_vars, "trainer_data_dir")):
+            record.pop("dur_b", None)  # one tier (RunPod's /workspace): its usage is the data disk's
+            record.pop("dur_i", None)
+        try:
+            fleet_history.append_record(args["history_dir"], record)
+        except fleet_history.HistoryError as exc:
+            warnings.append("history of %r not written: %s" % (row["host"], exc))
+        except OSError as exc:
+            raise AnsibleActionFail("cannot write the history to %s: %s. Set a writable history_dir." % (
+                args["history_dir"], to_native(exc.strerror or exc)))
+    if not args["html_path"]:
+        return warnings
+    window = max(1, args["chart_days"]) * 86400
+    fleet, more = fleet_history.load_fleet(args["history_dir"], now, window=window, points=fleet_html.SAMPLE_POINTS,
+                                           recent=fleet_html.RATE_WINDOW)
+    warnings += more
+    page = fleet_html.render(fleet, now, title=args["title"], clocks=clocks, warnings=warnings, window=window,
+                             warn_pct=args["disk_warn_pct"], fail_pct=args["disk_fail_pct"])
+    base = os.path.dirname(os.path.abspath(args["html_path"]))
+    files = {}
+    for host in fleet:
+        try:
+            path = os.path.relpath(os.path.join(os.path.abspath(args["history_dir"]),
+                                                fleet_history.file_name(host)), base)
+        except fleet_history.HistoryError:
+            continue
+        files[host] = path if not path.startswith("..") else fleet_history.file_name(host)
+    index = fleet_html.index(fleet, now, files, window)
+    write_file(args["html_path"], page, "dashboard")
+    write_file(index_path(args["html_path"]), json.dumps(index, indent=1, sort_keys=True) + "\n", "dashboard index")
+    return warnings
+
+
 class ActionModule(DocumentedAction):
     DOCUMENTATION = MODULE_DOCUMENTATION
 
@@ -186,8 +238,12 @@ class ActionModule(DocumentedAction):
         if args["prom_path"]:
             # written 0644: node_exporter usually runs as its own user
             write_file(args["prom_path"], fleet_prom.prometheus_text(rows, time.time()), "Prometheus textfile")
+        warnings = update_dashboard(args, rows, hostvars, clocks, time.time()) if args["history_dir"] else []
+        for warning in warnings:
+            display.warning("fleet history: %s" % warning)
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],
-                      prom_path=args["prom_path"], danger_clocks=clocks)
+                      prom_path=args["prom_path"], danger_clocks=clocks, html_path=args["html_path"],
+                      index_path=index_path(args["html_path"]), history_warnings=warnings)
         if failing and args["fail_run"]:
             result.update(failed=True, msg=failure_message(args["kind"], rows, failing))
         else:

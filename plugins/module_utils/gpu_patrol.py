@@ -28,12 +28,13 @@ import time
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    USAGE_FIELDS, NvidiaSmiParseError, parse_rows, query_args, rejected_field, run_smi, to_int, to_number)
+    USAGE_FIELDS, NvidiaSmiParseError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int, to_number)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import classify_error
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import reasons_from_bitmask, short_pci
 
 # Beyond USAGE_FIELDS (which the sampler sidecar shares): all exist from 465.27 to 610.x.
 EXTRA_FIELDS = (
+    ("name", "name", lambda raw: None if is_no_value(raw) else raw.strip()),
     ("pci.bus_id", "pci", short_pci),
     ("clocks.sm", "sm_clock_mhz", to_int),
     ("clocks.max.sm", "sm_clock_max_mhz", to_int),

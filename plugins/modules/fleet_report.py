@@ -124,6 +124,40 @@ options:
       - Must end in C(.prom). Written to a temporary file in the same directory and renamed, so the collector never
         reads half a file. Omit to write none.
     type: path
+  history_dir:
+    description:
+      - Append one compact record per reported host to C(<history_dir>/<host>.jsonl) on the controller (time,
+        verdict, top finding, items done and total, progress, data and durable bytes and inodes %, GPU utilisation
+        and memory %, and the price per hour of a box that bills, C(trainer_billed) and C(trainer_price_per_hour)).
+        Omit to keep no history.
+      - A host name becomes a file name of the characters C([A-Za-z0-9._-]) (plus a hash of the name when others
+        were replaced); a name with a path separator is refused with a warning. A symlink in the directory is never
+        followed; each file is read from its last 64 MiB only.
+      - Records older than 7 days are compacted to one per hour, older than 90 days to one per day, and dropped
+        after 730 days (a year of five-minute ticks over 20 hosts stays within about 25 MB). A torn last line (a
+        run killed mid-write) is skipped with a warning.
+    type: path
+  html_path:
+    description:
+      - Write the fleet dashboard, one self-contained HTML page (no script, no network fetch), from the history
+        of every host in O(history_dir), and its JSON index next to it (the same name ending in C(.json)).
+        Must end in C(.html) and needs O(history_dir). Omit to write none.
+      - A card per host (verdict, top finding and its action, queue, progress, log age, GPU, disks, price), trend
+        charts over the last O(chart_days) days, the fleet summary (verdicts, queue completion, estimated finish,
+        money spent and burning per hour) and, on top, the danger clocks and C(idle_billing) hosts.
+    type: path
+  chart_days:
+    description: Days of history the dashboard's charts show.
+    type: int
+    default: 7
+  disk_warn_pct:
+    description: The warning threshold drawn on the dashboard's disk charts (patrol's C(warn_pct)).
+    type: int
+    default: 85
+  disk_fail_pct:
+    description: The failure threshold drawn on the dashboard's disk charts (patrol's C(fail_pct)).
+    type: int
+    default: 95
   tail_lines:
     description: With O(kind=patrol), how many last log lines of a dead or crashed job the host's line shows.
     type: int
@@ -163,6 +197,8 @@ EXAMPLES = r"""
     kind: patrol
     report_path: reports/patrol.json
     prom_path: /var/lib/node_exporter/textfile/trainer_patrol.prom
+    history_dir: reports/history
+    html_path: reports/fleet.html
     title: patrol
   delegate_to: localhost
   run_once: true
@@ -209,6 +245,22 @@ danger_clocks:
       hosts: [lab-01, lab-02]
       clocks:
         - {clock: "a powered-off instance is released automatically after 15 days", verified: "2026-06"}
+html_path:
+  description: Where the dashboard was written, or null.
+  type: str
+  returned: always
+  sample: reports/fleet.html
+index_path:
+  description: Where the dashboard's JSON index was written, or null.
+  type: str
+  returned: always
+  sample: reports/fleet.json
+history_warnings:
+  description: What the history could not use (a torn line, a refused host name, a symlink); also printed as warnings.
+  type: list
+  elements: str
+  returned: always
+  sample: ["lab-01.jsonl: line 12 is torn (a run killed mid-write?), skipped"]
 prom_path:
   description: Where the Prometheus textfile was written, or null.
   type: str

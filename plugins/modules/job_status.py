@@ -240,7 +240,7 @@ paths:
     - {path: /root/autodl-fs, exists: true, bytes_pct: 34, inodes_pct: 91, inodes_free: 18000}
 gpus:
   description:
-    - Per-GPU utilisation, memory, short PCI bus id, SM clock and its maximum, power draw and limit, and the active
+    - Per-GPU product name, utilisation, memory, short PCI bus id, SM clock and its maximum, power draw and limit, and the active
       clock event reasons (names as in M(remote_gpu.trainer.gpu_health), null when the driver gives none); a value
       nvidia-smi does not report is null.
     - Null when O(gpu) is false or nvidia-smi is unavailable or failed; an empty list when it answered with no GPU.
@@ -248,7 +248,8 @@ gpus:
   elements: dict
   returned: always
   sample:
-    - {index: 0, utilization_pct: 97, memory_used_mib: 70211, memory_total_mib: 81559, pci: "0000:19:00",
+    - {index: 0, name: "NVIDIA H100 80GB HBM3", utilization_pct: 97, memory_used_mib: 70211,
+       memory_total_mib: 81559, pci: "0000:19:00",
        sm_clock_mhz: 1980, sm_clock_max_mhz: 1980, power_draw_w: 629.3, power_limit_w: 700.0,
        throttle_reasons: [sw_power_cap]}
 xid_events:

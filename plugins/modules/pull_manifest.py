@@ -67,8 +67,9 @@ options:
     type: path
   job:
     description:
-      - The name of a job that the launch role started (its C(launch_name)): pull what launch recorded for this
-        host (see the description). Exactly one of O(roster), O(roster_file) and O(job) is required.
+      - The name of a job that the launch role started (its C(launch_name)). The manifest then lists what launch
+        recorded for this host (see the description). Exactly one of O(roster), O(roster_file) and O(job) is
+        required.
     type: str
   run_dir:
     description: The directory of the job directories, with O(job) (launch's C(launch_run_dir)).

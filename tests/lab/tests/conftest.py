@@ -92,6 +92,32 @@ class Fleet:
             return [json.loads(line) for line in fh if line.strip()]
 
 
+class SshCounter:
+    """An ``ssh`` that logs each execution, for ``ANSIBLE_SSH_EXECUTABLE``: ``env`` to run a playbook with, then
+    ``per_host(fleet, hosts)`` -> {host: SSH executions}. The count does not depend on the machine's noise."""
+
+    def __init__(self, directory):
+        import shutil
+        import stat
+        self.log = os.path.join(str(directory), "ssh.log")
+        wrapper = os.path.join(str(directory), "ssh")
+        with open(wrapper, "w", encoding="utf-8") as fh:
+            fh.write("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (self.log, shutil.which("ssh")))
+        os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
+        self.env = {"ANSIBLE_SSH_EXECUTABLE": wrapper}
+
+    def per_host(self, fleet, hosts):
+        import re
+        addresses = {fleet.hosts[h]["ansible_host"]: h for h in hosts}
+        counts = dict.fromkeys(hosts, 0)
+        with open(self.log, encoding="utf-8") as fh:
+            for line in fh:
+                for address, host in addresses.items():
+                    if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line.rstrip("\n")):
+                        counts[host] += 1
+        return counts
+
+
 def assert_nothing_left(state_dir: str, record: dict, timeout: float = 10.0) -> None:
     """No recorded process, no mount under the state dir, no sshd listener, no process in the namespaces."""
     procs = [inst[k] for inst in record.get("instances", []) for k in ("init", "unshare") if inst.get(k)]

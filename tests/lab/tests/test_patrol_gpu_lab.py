@@ -3,14 +3,11 @@ under load, a fatal Xid written after the job started (and the same line when th
 GPU sample, an unreadable kernel log, and still exactly one SSH execution per host per tick."""
 from __future__ import annotations
 
-import re
 import shlex
-import shutil
-import stat
 
 import pytest
 
-from conftest import needs_root, started_fleet
+from conftest import SshCounter, needs_root, started_fleet
 from test_patrol_lab import adhoc, codes, host_line, patrol
 
 pytestmark = needs_root
@@ -114,20 +111,11 @@ def test_an_empty_sample_is_a_warn_and_an_unreadable_kernel_log_is_info(fleet, t
 
 def test_still_one_ssh_execution_per_host(fleet, tmp_path):
     launch_at(fleet, "lab-02", XID48_SECONDS - 3600)
-    log = tmp_path / "ssh.log"
-    wrapper = tmp_path / "ssh"
-    wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, shutil.which("ssh")))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    ssh = SshCounter(tmp_path)
     hosts = sorted(SCENARIOS)
-    proc, rows = patrol(fleet, tmp_path, env={"ANSIBLE_SSH_EXECUTABLE": str(wrapper)})
+    proc, rows = patrol(fleet, tmp_path, env=ssh.env)
     assert sorted(rows) == hosts
     assert {host: sorted(codes(rows[host]) & GPU_CODES) for host in hosts} == {
         "lab-01": ["throttle_active"], "lab-02": ["xid_fatal"], "lab-03": ["gpu_sample_empty"], "lab-04": [],
         "lab-05": ["kernel_log_unreadable"]}
-    addresses = {fleet.hosts[h]["ansible_host"]: h for h in hosts}
-    counts = dict.fromkeys(hosts, 0)
-    for line in log.read_text().splitlines():
-        for address, host in addresses.items():
-            if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line):
-                counts[host] += 1
-    assert counts == dict.fromkeys(hosts, 1), counts
+    assert ssh.per_host(fleet, hosts) == dict.fromkeys(hosts, 1)

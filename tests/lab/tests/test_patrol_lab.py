@@ -7,14 +7,12 @@ import json
 import os
 import re
 import shlex
-import shutil
-import stat
 import subprocess
 import time
 
 import pytest
 
-from conftest import REPO, needs_root, started_fleet
+from conftest import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -188,22 +186,13 @@ def test_whole_fleet_keeps_unreachable_and_hanging_hosts_in_the_table(fleet, tmp
 
 
 def test_patrol_changes_nothing_and_costs_one_ssh_execution_per_host(fleet, tmp_path):
-    log = tmp_path / "ssh.log"
-    wrapper = tmp_path / "ssh"
-    wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, shutil.which("ssh")))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    ssh = SshCounter(tmp_path)
     hosts = ["lab-01", "lab-03", "lab-04", "lab-05", "lab-07"]
-    proc, rows = patrol(fleet, tmp_path, "-l", ",".join(hosts), env={"ANSIBLE_SSH_EXECUTABLE": str(wrapper)})
+    proc, rows = patrol(fleet, tmp_path, "-l", ",".join(hosts), env=ssh.env)
     assert sorted(rows) == hosts
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
     assert "changed=0" in recap and not re.search(r"changed=[1-9]", recap)
-    addresses = {fleet.hosts[h]["ansible_host"]: h for h in hosts}
-    counts = dict.fromkeys(hosts, 0)
-    for line in log.read_text().splitlines():
-        for address, host in addresses.items():
-            if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line):
-                counts[host] += 1
-    assert counts == dict.fromkeys(hosts, 1), counts
+    assert ssh.per_host(fleet, hosts) == dict.fromkeys(hosts, 1)
 
 
 def test_look_alike_job_names_are_two_jobs_with_two_tmux_sessions(fleet):

@@ -49,7 +49,7 @@ def test_the_plan_takes_synced_copies_from_the_record_and_what_would_die_from_th
         ("000", "done", 2, 0), ("002", "sync_failed", 1, 1), ("004", "failed", 0, 1),
         ("006", "not_finished", 0, 1), ("008", "not_finished", 0, 0)]
     # a done item is never looked for on the data disk: its verified copies are the result
-    assert [d for d, _ in seen] == ["/data/outputs/exp/004", "/data/outputs/exp/006", "/data/outputs/exp/008"]
+    assert [call[0] for call in seen] == ["/data/outputs/exp/004", "/data/outputs/exp/006", "/data/outputs/exp/008"]
 
 
 def test_with_the_sync_off_the_outputs_on_the_data_disk_are_the_results():
