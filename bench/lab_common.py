@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import os
 import pathlib
@@ -100,3 +101,17 @@ def timed(func):
     start = time.perf_counter()
     value = func()
     return time.perf_counter() - start, value
+
+
+def close_masters(state):
+    """Close the ControlPersist masters of a lab fleet's state directory, so the next run connects cold."""
+    sockets = list((state / "cp").glob("*")) if (state / "cp").is_dir() else []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(sockets))) as pool:
+        list(pool.map(lambda sock: subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "lab"],
+                                                  capture_output=True, check=False), sockets))
+
+
+def without_control_path(common_args):
+    """The words of an inventory's ansible_ssh_common_args without its ControlPath (a baseline connects cold)."""
+    words = common_args.split()
+    return [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath") for w in pair]

@@ -36,6 +36,8 @@ RESULTS_BY_KIND = {
     "preflight": (("storage", "inode_check"), ("gpu", "gpu_health"), ("env", "env_audit")),
     "patrol": (("probe", "job_status"),),
 }
+# With kind=preflight, the one probe whose result holds the three checks' (fleet_preflight.split_probe).
+ONE_PROBE_OPTION = "preflight_probe"
 # Table columns per kind; the last column is the one that is truncated.
 COLUMNS_BY_KIND = {"preflight": fleet_preflight.COLUMNS, "patrol": fleet_patrol.COLUMNS}
 
@@ -50,9 +52,13 @@ def check_args(args):
         raise AnsibleActionFail("html_path %s must end in .html and needs history_dir (the page is drawn from the "
                                 "history)" % args["html_path"])
     missing = [option for _key, option in RESULTS_BY_KIND[args["kind"]] if not args["result_vars"].get(option)]
+    if args["kind"] == "preflight" and args["result_vars"].get(ONE_PROBE_OPTION):
+        missing = []
     if missing:
         raise AnsibleActionFail("kind=%s needs result_vars.%s: the names of the variables that register the results "
-                                "of those tasks" % (args["kind"], ", result_vars.".join(missing)))
+                                "of those tasks%s" % (args["kind"], ", result_vars.".join(missing),
+                                                      " (or result_vars.%s alone)" % ONE_PROBE_OPTION
+                                                      if args["kind"] == "preflight" else ""))
 
 
 def targeted_hosts(hosts, task_vars):
@@ -78,6 +84,9 @@ def _host_var(host_vars, name):
 def host_record(host_vars, kind, result_vars):
     """A host's profile and the raw results of its probe tasks (None for a task that never ran on it)."""
     record = dict((key, _host_var(host_vars, var)) for key, var in PROFILE_VARS)
+    if kind == "preflight" and result_vars.get(ONE_PROBE_OPTION):
+        record["probe"] = _host_var(host_vars, result_vars[ONE_PROBE_OPTION])
+        return record
     record.update((key, _host_var(host_vars, result_vars[option])) for key, option in RESULTS_BY_KIND[kind])
     return record
 

@@ -2,8 +2,8 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Preflight's row of the fleet table, from the raw results of a host's inode_check, gpu_health and env_audit tasks
-(pure functions, controller side)."""
+"""Preflight's row of the fleet table, from the raw result of a host's preflight_probe task (or of its inode_check,
+gpu_health and env_audit tasks) (pure functions, controller side)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ COLUMNS = (
 PROBES = ("storage", "gpu", "env")
 # The module each probe task calls, named in the finding of a probe that failed.
 PROBE_MODULES = {"storage": "inode_check", "gpu": "gpu_health", "env": "env_audit"}
+# The module that runs all three checks in one SSH execution; its result holds each check's under PROBE_MODULES' names.
+ONE_PROBE = "preflight_probe"
 # The order of the findings in a row (the first finding at the worst level is the top finding).
 FINDINGS_ORDER = ("gpu", "storage", "env")
 
@@ -40,6 +42,23 @@ def gpu_summary(gpus):
     return " + ".join("%dx %s" % (n, name) for name, n in counts.items()) or "-"
 
 
+def split_probe(result):
+    """The storage, gpu and env results inside a preflight_probe result -> ({probe: result}, finding or None).
+
+    A probe that did not answer or failed as a whole (no interpreter, a timeout, a wrong parameter) stands for each
+    check it returned no result of, so the row says why; a host that never ran it has None for all three. A probe
+    that succeeded without a check's result cannot be judged: the ``malformed_result`` finding."""
+    if not isinstance(result, dict):
+        return dict.fromkeys(PROBES), None
+    parts = dict((probe, result.get(PROBE_MODULES[probe])) for probe in PROBES)
+    missing = [PROBE_MODULES[probe] for probe in PROBES if not isinstance(parts[probe], dict)]
+    if result.get("unreachable") or result.get("failed"):
+        return dict((probe, part if isinstance(part, dict) else result) for probe, part in parts.items()), None
+    if missing:
+        return parts, fleet_table.malformed_result(ONE_PROBE, "it holds no %s result" % " or ".join(missing))
+    return parts, None
+
+
 def _probe_problem(host, record):
     """The row of a host whose probes did not all run to the end, or None when they did.
 
@@ -53,7 +72,7 @@ def _probe_problem(host, record):
         if result.get("unreachable"):
             return fleet_table.unreachable_row(host, platform, result)
         if result.get("failed"):
-            problem = fleet_table.probe_failure(result, "preflight", probe=PROBE_MODULES[probe],
+            problem = fleet_table.probe_failure(result, "preflight", probe=record.get("module") or PROBE_MODULES[probe],
                                                 interpreter=record.get("interpreter"), platform=record.get("platform"))
             return _row(host, record, [problem])
     return None
@@ -80,11 +99,18 @@ def _row(host, record, findings):
 def preflight_row(host, record):
     """One preflight row from what a host's probe tasks returned.
 
-    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and the raw
-    registered results ``storage`` (inode_check), ``gpu`` (gpu_health) and ``env`` (env_audit); None for a task
-    that never ran. The verdict is the worst finding level; the top finding is the first finding at that level
-    (GPU findings first, then storage, then environment).
+    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and either
+    ``probe``, the raw registered result of preflight_probe, or the raw registered results ``storage``
+    (inode_check), ``gpu`` (gpu_health) and ``env`` (env_audit); None for a task that never ran. The verdict is the
+    worst finding level; the top finding is the first finding at that level (GPU findings first, then storage, then
+    environment).
     """
+    if "probe" in record:
+        parts, malformed = split_probe(record["probe"])
+        if malformed:
+            usable = dict((probe, part if isinstance(part, dict) else None) for probe, part in parts.items())
+            return _row(host, dict(record, **usable), [malformed])
+        record = dict(record, module=ONE_PROBE, **parts)
     problem = _probe_problem(host, record)
     if problem is not None:
         return problem

@@ -2,8 +2,9 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""What gpu_health does on the box besides reading the full state: check its parameters, sample nvidia-smi
---query-gpu over a few seconds, and read the kernel log (bounded and non-blocking). Standard library only.
+"""What gpu_health does on the box: check its parameters, read the full state, sample nvidia-smi --query-gpu over
+a few seconds, read the kernel log (bounded and non-blocking), and judge it all (``check_gpus``). Called by the
+modules gpu_health and preflight_probe. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import smi_timeout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
+    DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     NvidiaSmiParseError, SmiError, parse_rows, query_args, rejected_field, run_smi)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS, classify_error, parse_full
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
 SAMPLE_COUNT = 5
 MAX_SAMPLE_SECONDS = 600
 MAX_KERNEL_LOG_BYTES = 16 * 1024 * 1024  # only the tail of a bigger file is read: the newest Xid events
 KILL_GRACE_SECONDS = 2
 JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
+MAX_XID_EVENTS = 200
 
 
 class GpuHealthError(Exception):
@@ -132,3 +136,118 @@ def read_kernel_log(module, source, timeout):
             return out, None
         reasons.append("%s: %s" % (name, (err.strip().splitlines() or ["exit %d, no output" % rc])[-1]))
     return None, "; ".join(reasons)
+
+
+# gpu_health's options but fail_on (also preflight_probe's gpu suboptions)
+ARGUMENT_SPEC = dict(
+    expected_count=dict(type="int"),
+    expected_name=dict(type="str"),
+    min_memory_mib=dict(type="int"),
+    temp_hot_c=dict(type="int", default=DEFAULTS["temp_hot_c"]),
+    sm_clock_floor_pct=dict(type="int", default=DEFAULTS["sm_clock_floor_pct"]),
+    sample_seconds=dict(type="float", default=5),
+    kernel_log=dict(type="str", default="auto"),
+    nvidia_smi_path=dict(type="path"),
+    timeout=dict(type="int", default=20),
+    platform_stop_hint=dict(type="str", default=DEFAULTS["platform_stop_hint"]),
+)
+
+
+def find_nvidia_smi(module, params):
+    """The nvidia-smi to run, or None when it is not installed; GpuHealthError when ``nvidia_smi_path`` names
+    something that exists but cannot be nvidia-smi (a wrong parameter is not a bad box)."""
+    path = params["nvidia_smi_path"]
+    if path:
+        if not os.path.lexists(path):
+            return None
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise GpuHealthError("nvidia_smi_path %s is not an executable file: fix the parameter (the path of the "
+                                 "nvidia-smi binary) or omit it to search PATH" % path)
+        return path
+    return module.get_bin_path("nvidia-smi")
+
+
+def gpu_for_pci(gpus, pci):
+    for gpu in gpus:
+        if pci and gpu.get("pci") == pci:
+            return gpu["index"]
+    return None
+
+
+def read_full_state(smi, timeout, options):
+    """One `nvidia-smi -q -x` -> (parsed or None, findings)."""
+    args = ["-q", "-x"]
+    try:
+        rc, out, err = run_smi(smi, args, timeout, check=False)
+    except SmiError:  # with a path and check=False, only a timeout
+        return None, [smi_timeout([smi] + args, timeout, options)]
+    parsed = None
+    try:
+        parsed = parse_full(out)
+    except NvidiaSmiParseError as exc:
+        error = classify_error(out + "\n" + err, rc) or {
+            "kind": "unparseable_output", "rc": rc, "meaning": "nvidia-smi printed no usable state (%s)" % exc,
+            "action": "run nvidia-smi -q on the box and read its output", "pci": None, "evidence": out[:200]}
+        return None, [driver_unavailable(error, options)]
+    findings = []
+    error = classify_error(out + "\n" + err, rc) if rc else classify_error(err, rc)
+    if error:
+        findings.append(driver_unavailable(error, options, gpu_for_pci(parsed["gpus"], error.get("pci"))))
+    return parsed, findings
+
+
+def options_of(params):
+    keys = ("expected_count", "expected_name", "min_memory_mib", "temp_hot_c", "sm_clock_floor_pct",
+            "platform_stop_hint")
+    return dict((key, params[key]) for key in keys)
+
+
+def empty_result():
+    """The keys of a GPU report that could not be made."""
+    return dict(status="FAIL", gpus=[], findings=[], xid_events=[], driver_version=None,
+                cuda_version=None, samples=0)
+
+
+def check_gpus(module, params):
+    """The whole GPU check -> gpu_health's result (without ``changed``); raises GpuHealthError on a wrong parameter.
+
+    ``module`` only finds programs on PATH (``get_bin_path``); ``params`` are gpu_health's options."""
+    validate(params)
+    options = options_of(params)
+    timeout = params["timeout"]
+    findings = []
+    parsed = None
+    samples = []
+    runs = 0
+
+    smi = find_nvidia_smi(module, params)
+    # a kernel_log that is not a regular file is a wrong parameter: refused before nvidia-smi runs
+    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
+    if smi is None:
+        findings.append(driver_unavailable({
+            "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
+            "action": "", "pci": None, "evidence": params["nvidia_smi_path"] or "nvidia-smi not on PATH"}, options))
+    else:
+        parsed, smi_findings = read_full_state(smi, timeout, options)
+        findings.extend(smi_findings)
+        if parsed is not None and not any(f["code"] == "nvidia_smi_timeout" for f in findings):
+            samples, runs, sample_findings = take_samples(smi, timeout, params["sample_seconds"], options)
+            findings.extend(sample_findings)
+
+    events = parse_kernel_log(log_text) if log_text is not None else []
+    if unreadable:
+        findings.append(kernel_log_unreadable(unreadable, options))
+
+    gpus = parsed["gpus"] if parsed else []
+    verdict = evaluate(gpus, samples, events, options, findings)
+    for gpu in gpus:
+        gpu["verdict"] = verdict["gpu_verdicts"].get(gpu["index"], "PASS")
+    return dict(
+        status=verdict["status"],
+        gpus=gpus,
+        findings=verdict["findings"],
+        xid_events=events[-MAX_XID_EVENTS:],
+        driver_version=parsed["driver_version"] if parsed else None,
+        cuda_version=parsed["cuda_version"] if parsed else None,
+        samples=runs,
+    )

@@ -131,84 +131,16 @@ proxy_hook:
   sample: {path: /etc/network_turbo, present: true}
 """
 
-import json
-import os
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, env_audit
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
-
-
-class EnvAuditError(Exception):
-    """Bad arguments, reported with fail_json by main()."""
-
-
-def gather_cgroup(root, malformed=None):
-    """cgroup.limits() plus the CPUs the host has and this process may run on."""
-    info = cgroup.limits(root, malformed=malformed)
-    info.update(host_cpus=os.cpu_count(), affinity_cpus=None, recommended_threads=None)
-    if hasattr(os, "sched_getaffinity"):
-        info["affinity_cpus"] = len(os.sched_getaffinity(0))
-    return info
-
-
-def probe_torch(timeout):
-    rc, out, err = run_with_timeout([sys.executable, "-c", env_audit.TORCH_PROBE], timeout)
-    if rc is None:
-        return {"torch": None, "error": "the torch import did not finish within %d s" % timeout}
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"torch": None, "error": "the torch probe exited %d: %s" % (rc, err.strip()[-400:])}
-
-
-def audit(params):
-    if params["torch_timeout"] <= 0:
-        raise EnvAuditError("torch_timeout must be a positive number of seconds (got %d)" % params["torch_timeout"])
-    findings = []
-    malformed = []
-    limits = gather_cgroup(params["cgroup_root"], malformed)
-    findings.extend(env_audit.cgroup_findings(params["cgroup_root"], limits["version"],
-                                              os.path.isdir(params["cgroup_root"]), malformed))
-    findings.extend(env_audit.memory_findings(limits["memory_max"], limits["memory_current"], limits["oom_kills"]))
-    cpu, threads = env_audit.cpu_findings(limits["cpu_quota"], limits["host_cpus"], limits["affinity_cpus"])
-    limits["recommended_threads"] = threads
-    findings.extend(cpu)
-    torch = probe_torch(params["torch_timeout"]) if params["torch"] else None
-    findings.extend(env_audit.torch_findings(torch, params["driver_cuda_version"], params["gpus_expected"]))
-    findings.extend(env_audit.arch_findings(torch, params["gpu_names"]))
-    hook = {"path": params["proxy_hook"] or None, "present": None}
-    if params["proxy_hook"]:
-        hook["present"] = os.path.isfile(params["proxy_hook"])
-        if not hook["present"]:
-            findings.append(finding(
-                "FAIL", "proxy_hook_missing",
-                "the profile expects the proxy hook %s, which does not exist" % params["proxy_hook"],
-                "Without it downloads from Hugging Face, PyPI and GitHub hang behind the GFW: check the image, or "
-                "set trainer_proxy_hook for this host."))
-    return {"status": worst(findings), "findings": findings, "torch": torch, "cgroup": limits, "proxy_hook": hook,
-            "python": python_info()}
-
-
-def python_info():
-    return {"executable": sys.executable, "version": sys.version.split()[0]}
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_probe
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
 
 
 def build_module():
     return AnsibleModule(
-        argument_spec=dict(
-            proxy_hook=dict(type="str", default=""),
-            driver_cuda_version=dict(type="str"),
-            gpus_expected=dict(type="bool", default=True),
-            gpu_names=dict(type="list", elements="str", default=[]),
-            torch=dict(type="bool", default=True),
-            torch_timeout=dict(type="int", default=120),
-            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
-            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
-        ),
+        argument_spec=dict(env_probe.ARGUMENT_SPEC,
+                           fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL")),
         supports_check_mode=True,
     )
 
@@ -216,10 +148,9 @@ def build_module():
 def main():
     module = build_module()
     try:
-        result = audit(module.params)
-    except EnvAuditError as exc:
-        module.fail_json(msg=str(exc), changed=False, status="FAIL", findings=[], torch=None, cgroup={},
-                         proxy_hook={"path": None, "present": None}, python=python_info())
+        result = env_probe.audit(module.params)
+    except env_probe.EnvAuditError as exc:
+        module.fail_json(msg=str(exc), changed=False, **env_probe.empty_result())
     exit_by_fail_on(module, result, module.params["fail_on"])
 
 

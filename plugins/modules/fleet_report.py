@@ -58,14 +58,28 @@ options:
     type: dict
     required: true
     suboptions:
+      preflight_probe:
+        description:
+          - With O(kind=preflight), the result of M(remote_gpu.trainer.preflight_probe), which holds the three checks'
+            results (the way C(playbooks/preflight.yml) probes a box, in one SSH execution). Given, the three
+            options below are not read.
+          - A probe that was unreachable or failed as a whole makes the row C(UNREACHABLE) or the C(FAIL) finding of
+            the failed probe, as for the separate tasks.
+        type: str
       inode_check:
-        description: With O(kind=preflight), the result of M(remote_gpu.trainer.inode_check) (required).
+        description:
+          - With O(kind=preflight) and no O(result_vars.preflight_probe), the result of M(remote_gpu.trainer.inode_check)
+            (required).
         type: str
       gpu_health:
-        description: With O(kind=preflight), the result of M(remote_gpu.trainer.gpu_health) (required).
+        description:
+          - With O(kind=preflight) and no O(result_vars.preflight_probe), the result of M(remote_gpu.trainer.gpu_health)
+            (required).
         type: str
       env_audit:
-        description: With O(kind=preflight), the result of M(remote_gpu.trainer.env_audit) (required).
+        description:
+          - With O(kind=preflight) and no O(result_vars.preflight_probe), the result of M(remote_gpu.trainer.env_audit)
+            (required).
         type: str
       job_status:
         description: With O(kind=patrol), the result of M(remote_gpu.trainer.job_status) (required).
@@ -89,8 +103,8 @@ options:
   kind:
     description:
       - >-
-        V(preflight) builds each row from the O(result_vars.inode_check), O(result_vars.gpu_health) and
-        O(result_vars.env_audit) results. The verdict is the worst finding level; the top finding is the first
+        V(preflight) builds each row from the O(result_vars.preflight_probe) result (or the O(result_vars.inode_check),
+        O(result_vars.gpu_health) and O(result_vars.env_audit) results). The verdict is the worst finding level; the top finding is the first
         finding at that level (GPU findings first, then storage, then environment).
       - >-
         V(patrol) builds each row from the O(result_vars.job_status) result, prints one line per host (every job's
@@ -156,7 +170,16 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Preflight table and report from the registered inode_check, gpu_health and env_audit results
+- name: Preflight table and report from the registered preflight_probe results
+  remote_gpu.trainer.fleet_report:
+    result_vars:
+      preflight_probe: preflight_probe
+    report_path: reports/preflight.json
+    title: preflight
+  delegate_to: localhost
+  run_once: true
+
+- name: The same from separate inode_check, gpu_health and env_audit results
   remote_gpu.trainer.fleet_report:
     result_vars:
       inode_check: preflight_storage

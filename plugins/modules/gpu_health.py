@@ -225,143 +225,23 @@ samples:
   sample: 5
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
-    DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_health import (
-    GpuHealthError, read_kernel_log, take_samples, validate)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import NvidiaSmiParseError, SmiError, run_smi
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import classify_error, parse_full
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
-
-MAX_XID_EVENTS = 200
-
-ARGUMENT_SPEC = dict(
-    expected_count=dict(type="int"),
-    expected_name=dict(type="str"),
-    min_memory_mib=dict(type="int"),
-    temp_hot_c=dict(type="int", default=DEFAULTS["temp_hot_c"]),
-    sm_clock_floor_pct=dict(type="int", default=DEFAULTS["sm_clock_floor_pct"]),
-    sample_seconds=dict(type="float", default=5),
-    kernel_log=dict(type="str", default="auto"),
-    fail_on=dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"]),
-    nvidia_smi_path=dict(type="path"),
-    timeout=dict(type="int", default=20),
-    platform_stop_hint=dict(type="str", default=DEFAULTS["platform_stop_hint"]),
-)
-
-
-def find_nvidia_smi(module):
-    """The nvidia-smi to run, or None when it is not installed; GpuHealthError when ``nvidia_smi_path`` names
-    something that exists but cannot be nvidia-smi (a wrong parameter is not a bad box)."""
-    path = module.params["nvidia_smi_path"]
-    if path:
-        if not os.path.lexists(path):
-            return None
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise GpuHealthError("nvidia_smi_path %s is not an executable file: fix the parameter (the path of the "
-                                 "nvidia-smi binary) or omit it to search PATH" % path)
-        return path
-    return module.get_bin_path("nvidia-smi")
-
-
-def gpu_for_pci(gpus, pci):
-    for gpu in gpus:
-        if pci and gpu.get("pci") == pci:
-            return gpu["index"]
-    return None
-
-
-def read_full_state(smi, timeout, options):
-    """One `nvidia-smi -q -x` -> (parsed or None, findings)."""
-    args = ["-q", "-x"]
-    try:
-        rc, out, err = run_smi(smi, args, timeout, check=False)
-    except SmiError:  # with a path and check=False, only a timeout
-        return None, [smi_timeout([smi] + args, timeout, options)]
-    parsed = None
-    try:
-        parsed = parse_full(out)
-    except NvidiaSmiParseError as exc:
-        error = classify_error(out + "\n" + err, rc) or {
-            "kind": "unparseable_output", "rc": rc, "meaning": "nvidia-smi printed no usable state (%s)" % exc,
-            "action": "run nvidia-smi -q on the box and read its output", "pci": None, "evidence": out[:200]}
-        return None, [driver_unavailable(error, options)]
-    findings = []
-    error = classify_error(out + "\n" + err, rc) if rc else classify_error(err, rc)
-    if error:
-        findings.append(driver_unavailable(error, options, gpu_for_pci(parsed["gpus"], error.get("pci"))))
-    return parsed, findings
-
-
-def options_of(params):
-    keys = ("expected_count", "expected_name", "min_memory_mib", "temp_hot_c", "sm_clock_floor_pct",
-            "platform_stop_hint")
-    return dict((key, params[key]) for key in keys)
-
-
-def empty_result():
-    return dict(changed=False, status="FAIL", gpus=[], findings=[], xid_events=[], driver_version=None,
-                cuda_version=None, samples=0)
-
-
-def check_gpus(module):
-    """The whole probe -> the module's result (without ``changed``)."""
-    params = module.params
-    validate(params)
-    options = options_of(params)
-    timeout = params["timeout"]
-    findings = []
-    parsed = None
-    samples = []
-    runs = 0
-
-    smi = find_nvidia_smi(module)
-    # a kernel_log that is not a regular file is a wrong parameter: refused before nvidia-smi runs
-    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
-    if smi is None:
-        findings.append(driver_unavailable({
-            "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
-            "action": "", "pci": None, "evidence": params["nvidia_smi_path"] or "nvidia-smi not on PATH"}, options))
-    else:
-        parsed, smi_findings = read_full_state(smi, timeout, options)
-        findings.extend(smi_findings)
-        if parsed is not None and not any(f["code"] == "nvidia_smi_timeout" for f in findings):
-            samples, runs, sample_findings = take_samples(smi, timeout, params["sample_seconds"], options)
-            findings.extend(sample_findings)
-
-    events = parse_kernel_log(log_text) if log_text is not None else []
-    if unreadable:
-        findings.append(kernel_log_unreadable(unreadable, options))
-
-    gpus = parsed["gpus"] if parsed else []
-    verdict = evaluate(gpus, samples, events, options, findings)
-    for gpu in gpus:
-        gpu["verdict"] = verdict["gpu_verdicts"].get(gpu["index"], "PASS")
-    return dict(
-        status=verdict["status"],
-        gpus=gpus,
-        findings=verdict["findings"],
-        xid_events=events[-MAX_XID_EVENTS:],
-        driver_version=parsed["driver_version"] if parsed else None,
-        cuda_version=parsed["cuda_version"] if parsed else None,
-        samples=runs,
-    )
+    ARGUMENT_SPEC, GpuHealthError, check_gpus, empty_result)
 
 
 def build_module():
-    return AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    fail_on = dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"])
+    return AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, fail_on=fail_on), supports_check_mode=True)
 
 
 def main():
     module = build_module()
     try:
-        result = check_gpus(module)
+        result = check_gpus(module, module.params)
     except GpuHealthError as exc:
-        module.fail_json(msg=str(exc), **empty_result())
+        module.fail_json(msg=str(exc), changed=False, **empty_result())
     exit_by_fail_on(module, result, module.params["fail_on"], message=lambda top: top["message"])
 
 

@@ -4,6 +4,7 @@ the fleet_report action (see conftest.py for the three expected outcomes)."""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import time
 
@@ -13,7 +14,8 @@ from hostile import Case, start
 
 from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import ActionModule as FleetReport
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
-from ansible_collections.remote_gpu.trainer.plugins.modules import env_audit, gpu_health, inode_check, vram_reaper
+from ansible_collections.remote_gpu.trainer.plugins.modules import (
+    env_audit, gpu_health, inode_check, preflight_probe, vram_reaper)
 
 
 def codes(result):
@@ -371,6 +373,59 @@ FLEET_REPORT = [
          lambda tmp: patrol(tmp, prom_path=str(tmp / "trainer.txt")), "error", "must end in .prom",
          task_vars=patrol_vars(GOOD)),
 ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# preflight_probe: every hostile input of the three checks, given as that check's suboptions (the others benign).
+# A wrong parameter is refused naming its check; what a check survives alone, it survives inside the probe.
+# ---------------------------------------------------------------------------------------------------------------
+
+LAB_GPU = pathlib.Path(__file__).resolve().parents[1] / "lab" / "gpu"
+
+
+def healthy_gpu(tmp):
+    """An nvidia-smi that is the lab's emulator replaying an idle H100 (a real capture)."""
+    path = tmp / "healthy-nvidia-smi"
+    path.write_text("#!/bin/sh\nFAKE_GPU_SCENARIO='%s' exec '%s' \"$@\"\n" % (
+        LAB_GPU / "scenarios" / "h100-idle", LAB_GPU / "bin" / "nvidia-smi"))
+    path.chmod(0o755)
+    return str(path)
+
+
+PROBE_SECTIONS = {gpu_health: ("gpu", "gpu_health"), env_audit: ("env", "env_audit"),
+                  inode_check: ("storage", "inode_check")}
+
+
+def in_probe(case):
+    section, key = PROBE_SECTIONS[case.target]
+
+    def args(tmp):
+        own = dict(case.args(tmp) if callable(case.args) else case.args)
+        fail_on = own.pop("fail_on", "FAIL")
+        params = {"storage": {"paths": [str(tmp)], "top": 0, "hf_cache": ""},
+                  "gpu": {"nvidia_smi_path": str(tmp / "no-nvidia-smi"), "kernel_log": str(tmp / "no-kern.log"),
+                          "sample_seconds": 0},
+                  "env": {"torch": False, "cgroup_root": str(tmp / "no-cgroup")}, "fail_on": fail_on}
+        if section != "gpu":  # a healthy GPU (a box without nvidia-smi is a FAIL, whose message would come first)
+            params["gpu"]["nvidia_smi_path"] = healthy_gpu(tmp)
+        params[section] = own
+        return params
+
+    def check(result, tmp):
+        if case.expect == "error" and result.get(key) is None:  # a wrong parameter, not a finding
+            assert result["msg"].startswith(section + ": "), result["msg"]
+        own = result[key] if result.get(key) is not None else result
+        return case.check(own, tmp) if case.check else True
+
+    return Case("preflight_probe, " + case.name, preflight_probe, args, case.expect, case.fragment, check, case.timeout)
+
+
+PREFLIGHT_PROBE = [in_probe(case) for case in GPU_HEALTH + ENV_AUDIT + INODE_CHECK]
+
+
+@pytest.mark.parametrize("case", PREFLIGHT_PROBE, ids=str)
+def test_preflight_probe(case, hostile):
+    hostile(case)
 
 
 @pytest.mark.parametrize("case", GPU_HEALTH, ids=str)

@@ -1,9 +1,12 @@
 """preflight.yml against the lab fleet: the table, the exit code, unreachable hosts, host limits, the durable tier of
-a RunPod box and the profile's HF_HOME."""
+a RunPod box, the profile's HF_HOME, and exactly one SSH execution per host."""
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import stat
 import subprocess
 
 import pytest
@@ -22,10 +25,10 @@ def fleet(lab_free, tmp_path_factory):
         yield lab
 
 
-def preflight(fleet, tmp_path, *args):
+def preflight(fleet, tmp_path, *args, **extra_env):
     report = tmp_path / "preflight.json"
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), **extra_env)
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
                            os.path.join(REPO, "playbooks", "preflight.yml"), "-e", "preflight_sample_seconds=1",
                            "-e", "preflight_report_path=%s" % report, *args],
@@ -133,3 +136,26 @@ def test_danger_clocks_are_shown_once_per_platform_and_are_no_finding(fleet, tmp
     assert out.index("danger clocks, autodl") < out.index("HOST ")
     report = json.loads((tmp_path / "preflight.json").read_text())
     assert [entry["platform"] for entry in report["danger_clocks"]] == ["autodl", "runpod"]
+
+
+def test_one_ssh_execution_per_host_with_the_same_verdicts(fleet, tmp_path):
+    """Issue 15: the storage, GPU and environment checks of a host run in one SSH execution (preflight_probe), the
+    unreachable host's one attempt included, and the verdicts and top findings are those of the three probes."""
+    log = tmp_path / "ssh.log"
+    wrapper = tmp_path / "ssh"
+    wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, shutil.which("ssh")))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    proc, rows = preflight(fleet, tmp_path, ANSIBLE_SSH_EXECUTABLE=str(wrapper))
+    hosts = ["lab-01", "lab-02", "lab-03", "lab-04", "lab-05"]
+    assert sorted(rows) == hosts, proc.stdout
+    assert {host: rows[host]["verdict"] for host in hosts} == {
+        "lab-01": "PASS", "lab-02": "FAIL", "lab-03": "UNREACHABLE", "lab-04": "WARN", "lab-05": "PASS"}
+    assert rows["lab-02"]["top_finding"].startswith("throttle_active: GPU")
+    assert rows["lab-04"]["top_finding"].startswith("xid_app_fault")
+    addresses = {fleet.hosts[h]["ansible_host"]: h for h in hosts}
+    counts = dict.fromkeys(hosts, 0)
+    for line in log.read_text().splitlines():
+        for address, host in addresses.items():
+            if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line):
+                counts[host] += 1
+    assert counts == dict.fromkeys(hosts, 1), counts

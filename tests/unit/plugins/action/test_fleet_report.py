@@ -280,3 +280,36 @@ def test_screen_text_puts_the_danger_clocks_above_the_table():
     clocks = [{"platform": "autodl", "hosts": ["a"], "clocks": [{"clock": "c", "verified": None}]}]
     assert action.screen_text([{"line": "a"}], ["HOST"], "t: 1", clocks) == (
         "a\n\ndanger clocks, autodl (1 host): c\n\nHOST\nt: 1")
+
+
+def one_probe(host_vars):
+    """The host variables of ``host_vars`` as preflight_probe registers them: one result holding the three."""
+    if not isinstance(host_vars, dict) or type(host_vars) is not dict:  # pylint: disable=unidiomatic-typecheck
+        return host_vars
+    out = dict((key, value) for key, value in host_vars.items() if not key.startswith("preflight_"))
+    storage = host_vars.get("preflight_storage")
+    if storage is None:
+        return out
+    if storage.get("unreachable") or storage.get("failed"):
+        out["preflight_probe"] = storage
+    else:
+        out["preflight_probe"] = {"changed": False, "status": "PASS", "inode_check": storage,
+                                  "gpu_health": host_vars["preflight_gpu"], "env_audit": host_vars["preflight_env"]}
+    return out
+
+
+def test_one_preflight_probe_result_gives_the_rows_of_the_three_results(tmp_path, screen):
+    """Issue 15: result_vars.preflight_probe alone, the same rows (and verdicts, top findings) as three results."""
+    three = run_action({"result_vars": PREFLIGHT_VARS, "report_path": str(tmp_path / "three.json")}, task_vars())
+    hostvars = dict((host, one_probe(host_vars)) for host, host_vars in fleet().items())
+    one = run_action({"result_vars": {"preflight_probe": "preflight_probe"}, "report_path": str(tmp_path / "one.json")},
+                     task_vars(hostvars=hostvars))
+    assert json.loads((tmp_path / "one.json").read_text())["hosts"] == json.loads(
+        (tmp_path / "three.json").read_text())["hosts"]
+    assert one["failing"] == three["failing"] == ["lab-02", "lab-03", "lab-05", "lab-06", "lab-07"]
+
+
+def test_preflight_needs_the_probe_or_the_three_results(screen):
+    result = run_action({"result_vars": {"inode_check": "preflight_storage"}}, task_vars())
+    assert result["failed"] and "needs result_vars.gpu_health, result_vars.env_audit" in result["msg"]
+    assert "(or result_vars.preflight_probe alone)" in result["msg"]

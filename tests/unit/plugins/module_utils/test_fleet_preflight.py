@@ -115,3 +115,43 @@ def test_new_preflight_codes_reach_the_row():
     assert row["verdict"] == "FAIL" and row["top_finding"].startswith("torch_arch_unsupported: torch 2.5.1+cu124")
     assert [f["code"] for f in row["findings"]] == ["torch_arch_unsupported", "durable_not_separate", "mig_enabled",
                                                     "torch_arch_unchecked"]
+
+
+def probe_record(result, **extra):
+    """A host whose preflight_probe task registered ``result``."""
+    base = record([])
+    return dict(dict((key, base[key]) for key in ("platform", "data_dir", "durable_dir", "interpreter")),
+                probe=result, **extra)
+
+
+def test_one_probe_result_gives_the_row_of_the_three():
+    three = record([FAIL], gpus=[{"name": "NVIDIA H100"}] * 8, storage_findings=[WARN], env_findings=[INFO])
+    probe = {"changed": False, "status": "FAIL", "inode_check": three["storage"], "gpu_health": three["gpu"],
+             "env_audit": three["env"], "seconds": {"total": 1.0}}
+    assert fleet_preflight.preflight_row("lab-01", probe_record(probe)) == fleet_preflight.preflight_row("lab-01", three)
+
+
+def test_a_probe_that_failed_or_timed_out_is_named_with_its_message():
+    failed = {"failed": True, "changed": False, "status": "FAIL", "msg": "gpu: kernel_log /x is a directory, not a "
+              "regular file", "inode_check": record([])["storage"], "gpu_health": None, "env_audit": None}
+    row = fleet_preflight.preflight_row("lab-01", probe_record(failed))
+    assert row["verdict"] == "FAIL" and row["top_finding"] == "probe_failed: gpu: kernel_log /x is a directory, not " \
+        "a regular file"
+    assert row["data_bytes_pct"] == 12  # the storage result that came back is still shown
+    timeout = {"failed": True, "changed": False, "msg": "The command action failed to execute in the expected time "
+               "frame (60) and was terminated", "timedout": {"frame": 60}}
+    row = fleet_preflight.preflight_row("lab-01", probe_record(timeout))
+    assert row["top_finding"].startswith("probe_timeout: preflight_probe did not answer in time"), row
+    unreachable = {"unreachable": True, "changed": False, "msg": "Task failed: ssh: connect to host"}
+    assert fleet_preflight.preflight_row("lab-01", probe_record(unreachable))["verdict"] == "UNREACHABLE"
+    assert fleet_preflight.preflight_row("lab-01", probe_record(None))["verdict"] == "NO_RESULT"
+
+
+def test_a_probe_result_without_a_check_is_malformed_not_a_pass():
+    row = fleet_preflight.preflight_row("lab-01", probe_record({"changed": False, "status": "PASS",
+                                                                "inode_check": record([])["storage"],
+                                                                "gpu_health": "oops"}))
+    assert row["verdict"] == "FAIL" and [f["code"] for f in row["findings"]] == ["malformed_result"]
+    assert "the result of preflight_probe is malformed: it holds no gpu_health or env_audit result" in \
+        row["top_finding"]
+    assert row["gpus"] == "-" and row["data_bytes_pct"] == 12

@@ -1,0 +1,213 @@
+"""preflight_probe main() end to end: the same results as inode_check, gpu_health and env_audit run one by one (the
+lab's GPU emulator replays real captures), the GPU sampling overlapping the other checks, wrong parameters named by
+check, fail_on and check mode."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.modules import env_audit, gpu_health, inode_check, preflight_probe
+
+REPO = Path(__file__).resolve().parents[4]
+EMULATOR = REPO / "tests" / "lab" / "gpu" / "bin" / "nvidia-smi"
+SCENARIOS = REPO / "tests" / "lab" / "gpu" / "scenarios"
+QUIET_LOG = (REPO / "tests" / "fixtures" / "nvidia" / "xid-logs" /
+             "dmesg__no-nvidia-adapter-probed-nouveau-conflict__mattshma-bigdata-133.log")
+HINT = "shutdown (power off in the AutoDL console)"
+
+
+@pytest.fixture
+def cgroup_root(tmp_path):
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "memory.max").write_text("1073741824\n")
+    (root / "memory.current").write_text("104857600\n")
+    (root / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
+    (root / "cpu.max").write_text("100000 100000\n")
+    return root
+
+
+@pytest.fixture
+def slow_torch(tmp_path, monkeypatch):
+    """A stand-in torch whose import takes ``seconds`` (a real one takes seconds too) and that knows no sm_90."""
+
+    def make(seconds=0.0):
+        pkg = tmp_path / "site" / "torch"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").write_text(textwrap.dedent("""
+            import time
+            time.sleep(%r)
+            __version__ = "2.0.1+cu118"
+            class version:
+                cuda = "11.8"
+            class cuda:
+                is_available = staticmethod(lambda: False)
+                device_count = staticmethod(lambda: 0)
+                get_arch_list = staticmethod(lambda: [])
+            class _C:
+                _cuda_getArchFlags = staticmethod(lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86")
+            def get_num_threads():
+                return 4
+            """ % seconds))
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    return make
+
+
+def box(tmp_path, monkeypatch, scenario):
+    """A box: the emulator replaying ``scenario``, its kernel log, a home with a data and a durable directory."""
+    monkeypatch.setenv("FAKE_GPU_SCENARIO", str(SCENARIOS / scenario))
+    home = tmp_path / "home"
+    for name in ("data", "durable", ".cache/huggingface"):
+        (home / name).mkdir(parents=True, exist_ok=True)
+    for number in range(3):
+        (home / "data" / ("f%d" % number)).write_text("x")
+    monkeypatch.setenv("HOME", str(home))
+    log = SCENARIOS / scenario / "kern.log"
+    return home, str(log if log.exists() else QUIET_LOG)
+
+
+def storage_args(home):
+    return {"paths": [str(home / "data"), str(home / "durable"), str(home)],
+            "budgets": [{"path": str(home / "data"), "label": "checkpoints x keep + scratch", "bytes": 1024},
+                        {"path": str(home / "durable"), "label": "exported files", "inodes": 10}],
+            "hf_cache": str(home / ".cache/huggingface"), "hf_home": str(home / "data" / "hf"),
+            "durable_dir": str(home / "durable"),
+            "storage_tiers": [{"name": "system disk", "path": str(home), "lost_on": ["release"]}]}
+
+
+def gpu_args(log, **extra):
+    args = {"nvidia_smi_path": str(EMULATOR), "kernel_log": log, "sample_seconds": 0, "platform_stop_hint": HINT}
+    args.update(extra)
+    return args
+
+
+def without_volatile(result):
+    """A check's result without what differs from one run to the next: the sampled values, the bytes and inodes used of a
+    shared /tmp."""
+    result = dict(result)
+    for key in ("changed", "failed", "msg", "invocation"):
+        result.pop(key, None)
+    if "paths" in result:
+        result["paths"] = [dict((key, value) for key, value in usage.items() if not key.startswith(("bytes_", "inodes_")))
+                           for usage in result["paths"]]
+    if "gpus" in result:
+        sampled = ("temperature_c", "sm_clock_mhz", "power_draw_w", "utilization_gpu_pct", "memory_used_mib")
+        result["gpus"] = [dict(gpu, **dict.fromkeys(sampled)) for gpu in result["gpus"]]
+    return result
+
+
+@pytest.mark.parametrize("scenario", ["8xh100-hwslowdown", "xid13-gr-exception", "h100-idle", "no-driver"])
+def test_the_same_results_as_the_three_modules_one_by_one(module_runner, tmp_path, monkeypatch, cgroup_root,
+                                                          slow_torch, scenario):
+    slow_torch()
+    home, log = box(tmp_path, monkeypatch, scenario)
+    env = {"cgroup_root": str(cgroup_root), "proxy_hook": str(tmp_path / "network_turbo")}  # a missing hook
+    _failed, storage = module_runner(inode_check, dict(storage_args(home), fail_on="never"))
+    _failed, gpu = module_runner(gpu_health, dict(gpu_args(log), fail_on="never"))
+    # what preflight.yml passed to env_audit when the checks were three tasks
+    names = [g["name"] for g in gpu["gpus"]]
+    env_alone = dict(env, driver_cuda_version=gpu["cuda_version"], gpus_expected=bool(gpu["gpus"]), gpu_names=names,
+                     fail_on="never")
+    if not gpu["cuda_version"]:
+        del env_alone["driver_cuda_version"]
+    _failed, audit = module_runner(env_audit, env_alone)
+
+    failed, probe = module_runner(preflight_probe, {"storage": storage_args(home), "gpu": gpu_args(log), "env": env,
+                                                    "fail_on": "never"})
+    assert not failed and probe["changed"] is False, probe
+    assert without_volatile(probe["inode_check"]) == without_volatile(storage)
+    assert without_volatile(probe["gpu_health"]) == without_volatile(gpu)
+    assert without_volatile(probe["env_audit"]) == without_volatile(audit)
+    statuses = {storage["status"], gpu["status"], audit["status"]}
+    assert probe["status"] == ("FAIL" if "FAIL" in statuses else "WARN" if "WARN" in statuses else "PASS")
+    assert set(probe["seconds"]) == {"storage", "gpu", "env", "total"}
+
+
+def test_the_gpu_sampling_overlaps_the_other_checks(module_runner, tmp_path, monkeypatch, cgroup_root, slow_torch):
+    """GPU sampling of 3 s and a torch import of 2 s take about 3 s together, not 5."""
+    slow_torch(2.0)
+    home, log = box(tmp_path, monkeypatch, "h100-idle")
+    failed, probe = module_runner(preflight_probe, {"storage": storage_args(home),
+                                                    "gpu": gpu_args(log, sample_seconds=3),
+                                                    "env": {"cgroup_root": str(cgroup_root)}, "fail_on": "never"})
+    assert not failed, probe
+    seconds = probe["seconds"]
+    assert probe["gpu_health"]["samples"] == 5 and seconds["gpu"] >= 3 and seconds["env"] >= 2
+    assert seconds["total"] < seconds["gpu"] + seconds["env"] - 1.5, seconds  # sequential, it would be their sum
+
+
+def test_the_gpu_facts_reach_the_environment_audit(module_runner, tmp_path, monkeypatch, cgroup_root, slow_torch):
+    """The H100's name reaches the arch check (a build without sm_90 is torch_arch_unsupported), the driver's CUDA
+    version the torch check; given explicitly, they win."""
+    slow_torch()
+    home, log = box(tmp_path, monkeypatch, "h100-idle")
+    args = {"storage": storage_args(home), "gpu": gpu_args(log), "env": {"cgroup_root": str(cgroup_root)},
+            "fail_on": "never"}
+    _failed, probe = module_runner(preflight_probe, args)
+    codes = [f["code"] for f in probe["env_audit"]["findings"]]
+    assert "torch_arch_unsupported" in codes, probe["env_audit"]["findings"]
+    assert probe["gpu_health"]["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    args["env"].update(gpu_names=["NVIDIA GeForce RTX 3090"], gpus_expected=True)
+    _failed, probe = module_runner(preflight_probe, args)
+    assert "torch_arch_unsupported" not in [f["code"] for f in probe["env_audit"]["findings"]]
+
+
+@pytest.mark.parametrize("check, args, message", [
+    ("storage", {"paths": [""]}, "storage: paths entry 1 is empty"),
+    ("storage", {"paths": ["/"], "warn_pct": 96, "fail_pct": 95}, "storage: warn_pct (96) and fail_pct (95)"),
+    ("gpu", {"sample_seconds": -1}, "gpu: sample_seconds must be a number from 0 to 600"),
+    ("gpu", {"expected_name": "H100("}, "gpu: expected_name is not a valid regular expression"),
+    ("env", {"torch_timeout": 0}, "env: torch_timeout must be a positive number"),
+])
+def test_a_wrong_parameter_names_its_check_and_nothing_runs(module_runner, tmp_path, check, args, message):
+    params = {"storage": {"paths": [str(tmp_path)]}, "gpu": {"nvidia_smi_path": str(tmp_path / "absent")},
+              "env": {"torch": False}}
+    params[check] = dict(params[check], **args)
+    failed, result = module_runner(preflight_probe, params)
+    assert failed and result["msg"].startswith(message), result["msg"]
+    assert result["status"] == "FAIL" and result["inode_check"] is None and result["gpu_health"] is None
+    assert result["env_audit"] is None and result["changed"] is False
+
+
+def test_a_check_that_fails_while_it_runs_fails_the_probe_with_the_others_results(module_runner, tmp_path,
+                                                                                  cgroup_root):
+    """A kernel log that is a directory is a wrong parameter found when the GPU check reads it."""
+    failed, result = module_runner(preflight_probe, {
+        "storage": {"paths": [str(tmp_path)]},
+        "gpu": {"nvidia_smi_path": str(tmp_path / "absent"), "kernel_log": str(tmp_path)},
+        "env": {"torch": False, "cgroup_root": str(cgroup_root)}})
+    assert failed and result["msg"].startswith("gpu: kernel_log %s is a directory" % tmp_path), result["msg"]
+    assert result["gpu_health"] is None and result["status"] == "FAIL"
+    assert result["inode_check"]["paths"][0]["path"] == str(tmp_path)
+    assert result["env_audit"]["cgroup"]["memory_max"] == 1073741824
+
+
+def test_fail_on_fails_with_the_worst_finding_gpu_first(module_runner, tmp_path, monkeypatch, cgroup_root):
+    home, log = box(tmp_path, monkeypatch, "8xh100-hwslowdown")
+    args = {"storage": storage_args(home), "gpu": gpu_args(log), "env": {"torch": False, "cgroup_root": str(cgroup_root)}}
+    failed, result = module_runner(preflight_probe, args)
+    assert failed and result["msg"].startswith("throttle_active: GPU 0 (NVIDIA H100 80GB HBM3"), result["msg"]
+    assert result["status"] == "FAIL" and result["gpu_health"]["status"] == "FAIL"
+    failed, result = module_runner(preflight_probe, dict(args, fail_on="never"))
+    assert not failed and result["status"] == "FAIL"
+
+
+def test_check_mode_runs_the_read_only_checks(module_runner, tmp_path, monkeypatch, cgroup_root):
+    home, log = box(tmp_path, monkeypatch, "h100-idle")
+    failed, result = module_runner(preflight_probe, {
+        "storage": storage_args(home), "gpu": gpu_args(log), "env": {"torch": False, "cgroup_root": str(cgroup_root)},
+        "fail_on": "never", "_ansible_check_mode": True})
+    assert not failed and result["changed"] is False
+    assert result["gpu_health"]["gpus"] and result["inode_check"]["paths"] and result["env_audit"]["cgroup"]
+
+
+def test_omitted_gpu_and_env_take_every_default(module_runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, no journalctl, no dmesg
+    failed, result = module_runner(preflight_probe, {"storage": {"paths": [str(tmp_path)]}, "fail_on": "never"})
+    assert not failed, result
+    assert [f["code"] for f in result["gpu_health"]["findings"]][:1] == ["driver_unavailable"]
+    assert result["env_audit"]["proxy_hook"] == {"path": None, "present": None}
