@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import stat
 import subprocess
 
 import pytest
 
-from conftest import REPO, needs_root, started_fleet
+from conftest import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -141,21 +138,12 @@ def test_danger_clocks_are_shown_once_per_platform_and_are_no_finding(fleet, tmp
 def test_one_ssh_execution_per_host_with_the_same_verdicts(fleet, tmp_path):
     """Issue 15: the storage, GPU and environment checks of a host run in one SSH execution (preflight_probe), the
     unreachable host's one attempt included, and the verdicts and top findings are those of the three probes."""
-    log = tmp_path / "ssh.log"
-    wrapper = tmp_path / "ssh"
-    wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, shutil.which("ssh")))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    proc, rows = preflight(fleet, tmp_path, ANSIBLE_SSH_EXECUTABLE=str(wrapper))
+    ssh = SshCounter(tmp_path)
+    proc, rows = preflight(fleet, tmp_path, **ssh.env)
     hosts = ["lab-01", "lab-02", "lab-03", "lab-04", "lab-05"]
     assert sorted(rows) == hosts, proc.stdout
     assert {host: rows[host]["verdict"] for host in hosts} == {
         "lab-01": "PASS", "lab-02": "FAIL", "lab-03": "UNREACHABLE", "lab-04": "WARN", "lab-05": "PASS"}
     assert rows["lab-02"]["top_finding"].startswith("throttle_active: GPU")
     assert rows["lab-04"]["top_finding"].startswith("xid_app_fault")
-    addresses = {fleet.hosts[h]["ansible_host"]: h for h in hosts}
-    counts = dict.fromkeys(hosts, 0)
-    for line in log.read_text().splitlines():
-        for address, host in addresses.items():
-            if re.search(r"(^|[@ ])%s( |$)" % re.escape(address), line):
-                counts[host] += 1
-    assert counts == dict.fromkeys(hosts, 1), counts
+    assert ssh.per_host(fleet, hosts) == dict.fromkeys(hosts, 1)
