@@ -39,7 +39,7 @@ class ActionModule(DocumentedAction):
         """(the host's trainer_* values, templates resolved; {key: why} for those that could not be resolved)."""
         variables = hostvars.raw_get(host)
         if not isinstance(variables, collections.abc.Mapping):
-            return {}, {"inventory": "%s is not a host of the inventory" % host}
+            return {}, {"inventory_hostname": "not a host of the inventory"}
         raw = profile_check.profile_values(variables)
         templar = self._templar.copy_with_new_env(available_variables=variables)
         values, errors = {}, {}

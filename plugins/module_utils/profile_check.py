@@ -9,8 +9,9 @@ The action ``remote_gpu.trainer.profile_check`` runs them once per play on the c
 profile among the play's hosts (hosts whose ``trainer_*`` values are equal share one check).
 
     spec = spec_options(yaml.safe_load(text))
-    problems = fleet_problems(spec, {"box1": {"trainer_profile": "autodl", ...}, ...})
-    # {"box1": ["Profile 'autodl' for box1 sets unknown key(s) ..."]}: only the hosts with a problem
+    problems, checked = fleet_problems(spec, {"box1": {"trainer_profile": "autodl", ...}, ...})
+    # {"box1": ["Profile 'autodl' for box1 sets unknown key(s) ..."]}: only the hosts with a problem;
+    # checked: how many distinct profiles were checked
 """
 
 from __future__ import annotations
@@ -148,11 +149,12 @@ def message(profile, host, tail):
 
 
 def fleet_problems(spec, hosts, errors=None):
-    """{host: [messages]} for the hosts whose profile has a problem; each distinct profile is checked once.
+    """({host: [messages]} for the hosts whose profile has a problem, the number of distinct profiles checked).
+
+    Each distinct profile is checked once.
 
     ``hosts``: {host: its ``trainer_*`` values}. ``errors``: {host: {key: why}} for values that could not be
     resolved (an undefined variable in a template, for example); such a host fails naming those keys.
-    Returns (problems, the number of distinct profiles checked).
     """
     checked = {}
     out = {}
