@@ -23,8 +23,8 @@ description:
     does not know (usually a misspelling), and runs the checks that a schema cannot express (absolute paths, the
     pinned TensorBoard pair, the onstart hook, the price and its currency, a C(verified) month on every billing or
     teardown fact).
-  - Hosts whose C(trainer_*) values are equal share one check, so the cost grows with the number of distinct
-    profiles, not with the fleet.
+  - Hosts whose C(trainer_*) values are equal share one check. The validation runs once per distinct profile, and
+    only reading each host's variables grows with the fleet.
   - Fails itself only when the schema cannot be read; a broken profile is reported in RV(problems), never raised.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
