@@ -112,3 +112,56 @@ def test_broken_profile_fails_the_first_play_naming_the_key(playbook_copy, local
     first_play = out.split("PLAY [Probe every box")[0]
     assert "fatal: [localhost]" in first_play
     assert expected in first_play
+
+
+def fleet_of_local_hosts(root, names, host_vars):
+    """An inventory of local-connection hosts in the group local (the local profile), with host_vars per host."""
+    (root / "inventory").mkdir()
+    (root / "inventory" / "group_vars").symlink_to(REPO / "group_vars")
+    (root / "inventory" / "host_vars").mkdir()
+    for name, values in host_vars.items():
+        (root / "inventory" / "host_vars" / ("%s.yml" % name)).write_text(yaml.safe_dump(values))
+    inventory = root / "inventory" / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"local": {"hosts": dict((n, {"ansible_connection": "local"}) for n in names)}}))
+    return inventory
+
+
+@pytest.mark.parametrize("playbook", ["preflight", "launch", "patrol", "teardown"])
+def test_one_controller_pass_fails_only_the_broken_hosts(tmp_path, playbook):
+    """The first play of each playbook: one run_once check for the whole play (no per-host role argument
+    validation), only the broken host fails, naming the key, and the others go on to the next play."""
+    first = yaml.safe_load((REPO / "playbooks" / ("%s.yml" % playbook)).read_text())[0]
+    assert first["name"] == "Validate the platform profile of every host"
+    first["hosts"] = "all"
+    test_playbook = tmp_path / "first_play.yml"
+    test_playbook.write_text(yaml.safe_dump([first, {
+        "name": "Next play", "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "Reached", "ansible.builtin.debug": {"msg": "next play reached"}}]}], sort_keys=False))
+    names = ["box%d" % i for i in range(1, 7)]
+    inventory = fleet_of_local_hosts(tmp_path, names, {"box4": {"trainer_tensorboard_port": "six thousand"},
+                                                       "box5": {"trainer_hf_endpiont": "x"}})
+    proc = run_playbook(test_playbook, inventory, "-v")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    first_play, next_play = out.split("PLAY [Next play]")
+    assert "Validating arguments against arg spec" not in out  # Ansible's own per-host validation does not run
+    assert first_play.count("Check the platform profile of every host once, on the controller") == 1
+    # the four valid hosts share one profile, checked once; each broken host has its own
+    assert "hosts_checked: 6" in first_play and "profiles_checked: 3" in first_play
+    fatal = re.findall(r"fatal: \[(\w+)\]", first_play)
+    assert sorted(fatal) == ["box4", "box5"]
+    assert "argument 'trainer_tensorboard_port' is of type" in first_play
+    assert "sets unknown key(s) trainer_hf_endpiont" in first_play
+    reached = re.findall(r"ok: \[(\w+)\] =>", next_play)
+    assert sorted(reached) == ["box1", "box2", "box3", "box6"]
+
+
+def test_patrol_validates_the_profile_by_default(playbook_copy, local_inventory):
+    """A patrol tick validates the profile first unless -e patrol_profile_check=false."""
+    break_profile(playbook_copy, lambda t: t.replace("trainer_inode_cap: unknown", "trainer_inode_cap: lots"))
+    report = playbook_copy / "patrol.json"
+    for extra, fails in (((), True), (("-e", "patrol_profile_check=false"), False)):
+        proc = run_playbook(playbook_copy / "playbooks/patrol.yml", local_inventory, "-e", "patrol_report_path=%s" % report,
+                            "-e", "patrol_fail_run=false", *extra, cwd=playbook_copy)
+        first_play = (proc.stdout + proc.stderr).split("PLAY [Patrol tick")[0]
+        assert ("fatal: [localhost]" in first_play and "trainer_inode_cap" in first_play) is fails, first_play
