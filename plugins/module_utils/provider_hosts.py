@@ -130,7 +130,7 @@ def vastai_ssh(instance):
     for a jupyter runtype). (None, None) when neither is known yet."""
     ports = instance.get("ports") if isinstance(instance.get("ports"), dict) else {}
     direct = ports.get("22/tcp")
-    if direct:
+    if direct is not None:
         first = direct[0] if isinstance(direct, list) and direct else None
         port = _port(first.get("HostPort")) if isinstance(first, dict) else None
         ip = instance.get("public_ipaddr")

@@ -156,6 +156,7 @@ class ProviderHTTP:
                 OSError) as err:
             reason = getattr(err, "reason", err)
             return "retry", "cannot reach %s (%s)" % (shown, reason or type(err).__name__), None
+        announced = response.headers.get("Content-Length") if response.headers is not None else None
         try:
             with response:
                 body = response.read(self.max_bytes + 1)
@@ -168,6 +169,9 @@ class ProviderHTTP:
             self._fail("broken response from %s (%s)." % (shown, type(err).__name__), kind="truncated")
         if len(body) > self.max_bytes:
             self._fail("response from %s is larger than %d bytes; refused." % (shown, self.max_bytes), kind="too_large")
+        if announced is not None and announced.strip().isdigit() and len(body) < int(announced):
+            self._fail("truncated response from %s (%d of %s announced bytes received)." % (shown, len(body), announced),
+                       kind="truncated")
         try:
             return "ok", json.loads(body.decode("utf-8")), None
         except (UnicodeDecodeError, ValueError) as err:

@@ -208,8 +208,12 @@ def _handler(fake):
             if announce is not None:
                 self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(data)
-            self.wfile.flush()
+            try:
+                self.wfile.write(data)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                self.close_connection = True
+                return
             if announce is not None:
                 self.close_connection = True
 
