@@ -149,7 +149,7 @@ class FakeAPI:
         return base + "/v1" if self.provider == "runpod" else base
 
     def start(self):
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         return self
 
