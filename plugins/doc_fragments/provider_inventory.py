@@ -53,6 +53,7 @@ notes:
     C(unparsed_is_failed = True) in the C([inventory]) section of C(ansible.cfg) to stop a playbook run on it.
   - Hostvars, the same for every provider, are C(provider), C(provider_id), C(provider_status), C(gpu_type),
     C(gpu_count), C(region), C(price_per_hour), C(interruptible), C(trainer_price_per_hour) (for the idle billing
-    check), plus a curated copy of the provider's record under the provider's name (environment variables and
-    tokens are left out).
+    check), the id under the name that the profile's teardown verb reads (C(runpod_pod_id), C(vastai_instance_id)),
+    plus a curated copy of the provider's record under the provider's name (environment variables and tokens are
+    left out).
 """

@@ -13,7 +13,8 @@ Each ``<provider>_host(record)`` returns a dict:
 - ``address``/``port``: the SSH endpoint, or None;
 - ``hostvars``: the same keys for every provider (``provider``, ``provider_id``, ``provider_status``, ``gpu_type``,
   ``gpu_count``, ``region``, ``price_per_hour``, ``interruptible``) plus ``trainer_price_per_hour`` for the
-  billing checks, and a curated copy of the provider's record under ``<provider>`` for ``compose``/``keyed_groups``.
+  billing checks, the id under the name that the profile's teardown verb reads (``runpod_pod_id``,
+  ``vastai_instance_id``), and a curated copy of the provider's record under ``<provider>`` for ``compose``/``keyed_groups``.
 
 A record that is not an object, or has no id, raises ``ValueError`` with a clear message.
 """
@@ -118,8 +119,8 @@ def runpod_host(pod):
         "state": state,
         "address": ip if state == "ready" else None,
         "port": port if state == "ready" else None,
-        "hostvars": _common("runpod", pid, status, gpu_type, gpu_count, region, price, pod.get("interruptible"),
-                            curated(pod, RUNPOD_KEEP)),
+        "hostvars": dict(_common("runpod", pid, status, gpu_type, gpu_count, region, price, pod.get("interruptible"),
+                                 curated(pod, RUNPOD_KEEP)), runpod_pod_id=pid),
     }
 
 
@@ -167,9 +168,9 @@ def vastai_host(instance):
         "state": state,
         "address": host if state == "ready" else None,
         "port": port if state == "ready" else None,
-        "hostvars": _common("vastai", pid, actual or None, instance.get("gpu_name"), _num(instance.get("num_gpus"), int),
-                            instance.get("geolocation"), price, instance.get("is_bid"),
-                            curated(instance, VASTAI_KEEP)),
+        "hostvars": dict(_common("vastai", pid, actual or None, instance.get("gpu_name"),
+                                 _num(instance.get("num_gpus"), int), instance.get("geolocation"), price,
+                                 instance.get("is_bid"), curated(instance, VASTAI_KEEP)), vastai_instance_id=pid),
     }
 
 

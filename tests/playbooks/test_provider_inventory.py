@@ -77,8 +77,8 @@ def group_hosts(data, group):
 # --- RunPod -------------------------------------------------------------------------------------------------------
 
 def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
-    records = [fake_api.runpod_pod(1, "198.51.100.1", 10341), fake_api.runpod_pod(2, "198.51.100.2", 10342, count=8,
-                                                                                   interruptible=True, price=21.52),
+    records = [fake_api.runpod_pod(1, "198.51.100.1", 10341),
+               fake_api.runpod_pod(2, "198.51.100.2", 10342, count=8, interruptible=True, price=21.52),
                fake_api.runpod_pod(3, None, None, ready=False), fake_api.runpod_pod(4, "h", 1, status="EXITED")]
     fake = serve("runpod", records)
     proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
@@ -91,7 +91,7 @@ def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
     assert hv == {"ansible_host": "198.51.100.2", "ansible_port": 10342, "provider": "runpod",
                   "provider_id": "fakepod0002", "provider_status": "RUNNING", "gpu_type": "H100 80GB HBM3",
                   "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52, "interruptible": True,
-                  "trainer_price_per_hour": 21.52}
+                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002"}
     assert record["portMappings"] == {"22": 10342} and "env" not in record
     starting = data["_meta"]["hostvars"]["train-3"]
     assert "ansible_host" not in starting and starting["provider_status"] == "RUNNING"
@@ -179,7 +179,8 @@ def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
     record = hv.pop("vastai")
     assert hv == {"ansible_host": "ssh4.vast.ai", "ansible_port": 31002, "provider": "vastai", "provider_id": "9000002",
                   "provider_status": "running", "gpu_type": "RTX_4090", "gpu_count": 4, "region": "Norway, NO",
-                  "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6}
+                  "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
+                  "vastai_instance_id": "9000002"}
     assert record["ssh_port"] == 31002 and "extra_env" not in record and "jupyter_token" not in record
     assert "fake-env-secret" not in proc.stdout and "fake-jupyter-token" not in proc.stdout
     assert "9000003" in proc.stderr and "'starting'" in proc.stderr
