@@ -21,7 +21,7 @@ description:
   - The API key comes from O(api_key) or the environment variable E(RUNPOD_API_KEY).
   - The configuration file's name must end in C(runpod.yml) or C(runpod.yaml).
 author:
-  - remote_gpu.trainer contributors
+  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache

@@ -21,7 +21,7 @@ description:
   - The configuration file's name must end in C(vastai.yml) or C(vastai.yaml).
   - If one page fails, the whole source fails; a partial list is never used.
 author:
-  - remote_gpu.trainer contributors
+  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache

@@ -44,7 +44,7 @@ def scrub(text, secret):
     text = "" if text is None else str(text)
     if not secret:
         return text
-    for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}:
+    for form in tuple(dict.fromkeys((secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)))):
         if form:
             text = text.replace(form, REDACTED)
     return text

@@ -139,7 +139,7 @@ def test_constructable_compose_groups_keyed_groups_filters(tmp_path, serve):
 
 def test_config_file_name_must_end_in_plugin_name(tmp_path, serve):
     fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341)])
-    proc, _ = inventory(write_config(tmp_path, "runpod", fake, name="pods.yml"), "runpod")
+    proc, _data = inventory(write_config(tmp_path, "runpod", fake, name="pods.yml"), "runpod")
     assert proc.returncode != 0 and fake.api_requests() == []
 
 
@@ -155,7 +155,7 @@ def test_cache_second_run_makes_no_request(tmp_path, serve):
     assert len(fake.api_requests()) == 1
     # A failed refresh does not overwrite the good cache: the next cached run still has the hosts, with no request.
     fake.inject({"status": 401})
-    failed, _ = inventory(config, "runpod", "--flush-cache")
+    failed, _data = inventory(config, "runpod", "--flush-cache")
     assert failed.returncode != 0
     third, data3 = inventory(config, "runpod")
     assert third.returncode == 0 and data3 == data1 and len(fake.api_requests()) == 2
@@ -201,7 +201,7 @@ def test_vastai_500_instances_over_20_pages_one_request_each(tmp_path, serve):
 def test_vastai_a_failed_page_fails_the_whole_source(tmp_path, serve):
     fake = serve("vastai", fake_api.records_for("vastai", [("198.51.100.1", 40000 + i) for i in range(60)]))
     fake.inject({}, {}, {"malformed": True})
-    proc, _ = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    proc, _data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
     assert proc.returncode != 0 and "malformed response" in proc.stderr
     assert "Traceback" not in proc.stderr and len(fake.api_requests()) == 3
 
@@ -218,7 +218,7 @@ def one_record(provider):
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_no_key_names_the_env_var(tmp_path, serve, provider):
     fake = serve(provider, one_record(provider))
-    proc, _ = inventory(write_config(tmp_path, provider, fake), provider, key=None)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider, key=None)
     assert proc.returncode != 0 and "Set the environment variable %s" % ENV_VAR[provider] in proc.stderr
     assert fake.api_requests() == []
 
@@ -227,7 +227,7 @@ def test_no_key_names_the_env_var(tmp_path, serve, provider):
 def test_wrong_key_names_the_env_var_and_key_never_shown_at_vvv(tmp_path, serve, provider):
     fake = serve(provider, one_record(provider))
     wrong = "WRONGKEY-0000-also-never-print"
-    proc, _ = inventory(write_config(tmp_path, provider, fake), provider, "-vvv", key=wrong)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider, "-vvv", key=wrong)
     assert proc.returncode != 0 and "HTTP 401" in proc.stderr and ENV_VAR[provider] in proc.stderr
     assert wrong not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
@@ -253,7 +253,7 @@ def test_rate_limit_and_5xx_are_retried(tmp_path, serve, provider):
 def test_persistent_5xx_fails_within_the_budget(tmp_path, serve, provider):
     fake = serve(provider, one_record(provider))
     fake.inject(*[{"status": 500}] * 20)
-    proc, _ = inventory(write_config(tmp_path, provider, fake), provider)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode != 0 and "gave up after" in proc.stderr and "HTTP 500" in proc.stderr
     assert len(fake.api_requests()) <= 3  # 1 s + 2 s of backoff fit in retry_budget: 3
 
@@ -264,7 +264,7 @@ def test_persistent_5xx_fails_within_the_budget(tmp_path, serve, provider):
 def test_truncated_or_malformed_answer_is_a_clear_error(tmp_path, serve, provider, fault, words):
     fake = serve(provider, one_record(provider))
     fake.inject(fault)
-    proc, _ = inventory(write_config(tmp_path, provider, fake), provider)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -281,7 +281,7 @@ def test_slow_answer_times_out_then_retries(tmp_path, serve, provider):
 def test_wrong_shape_is_a_clear_error(tmp_path, serve, provider):
     fake = serve(provider, [])
     fake.answer = lambda path, query: (200, {"unexpected": True} if provider == "runpod" else [1, 2])
-    proc, _ = inventory(write_config(tmp_path, provider, fake), provider)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert ("not the list of pods" if provider == "runpod" else "has no list 'instances'") in proc.stderr
 

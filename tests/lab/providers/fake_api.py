@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -116,7 +115,7 @@ def parse_hosts(text):
     """'h1:p1,h2:p2' -> [(h1, p1), ...]"""
     pairs = []
     for item in filter(None, (text or "").split(",")):
-        host, _, port = item.rpartition(":")
+        host, _sep, port = item.rpartition(":")
         pairs.append((host, int(port)))
     return pairs
 
