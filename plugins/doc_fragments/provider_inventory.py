@@ -24,7 +24,8 @@ options:
   retry_budget:
     description:
       - Total seconds spent retrying a request answered with 429, a 5xx, a timeout or a refused connection
-        (exponential backoff from 1 s, doubling, at most 16 s a wait; C(Retry-After) honoured). Then the source fails.
+        (exponential backoff from 1 s, doubling, at most 16 s a wait; C(Retry-After) honoured). Then the source fails,
+        at the latest about O(retry_budget) + O(timeout) seconds after the first request.
     type: float
     default: 60
   max_response_bytes:
