@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Options shared by the providers' inventory plugins (runpod, vastai)."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  api_key:
+    description:
+      - The provider's API key.
+      - When unset, the plugin reads the provider's conventional environment variable (named in the plugin's
+        description). Prefer the variable, or a vaulted value, to a key written in the file.
+      - The key is sent only in the C(Authorization) header and is scrubbed from every message, at any verbosity.
+    type: str
+  timeout:
+    description: Seconds to wait for one HTTP response.
+    type: float
+    default: 30
+  retry_budget:
+    description:
+      - Total seconds spent retrying a request answered with 429, a 5xx, a timeout or a refused connection
+        (exponential backoff from 1 s, doubling, at most 16 s a wait; C(Retry-After) honoured). Then the source fails,
+        at the latest about O(retry_budget) + O(timeout) seconds after the first request.
+    type: float
+    default: 60
+  max_response_bytes:
+    description: A response larger than this is refused (the source fails).
+    type: int
+    default: 33554432
+  include_stopped:
+    description:
+      - Also list stopped (exited) instances, in the group C(stopped), with no address.
+      - By default they are left out, since nothing can connect to them.
+    type: bool
+    default: false
+  filters:
+    description:
+      - Jinja2 conditionals over each host's variables (those this plugin sets, before O(compose)); a host is kept
+        only when all of them are true. Example C(gpu_type is search('H100')).
+    type: list
+    elements: str
+    default: []
+notes:
+  - The plugin's hosts join the group named like the platform profile, so C(group_vars/<profile>.yml) applies and
+    C(-l <profile>) works. An instance that the provider is still starting (no SSH address yet) goes into the group
+    C(starting) instead, with a warning.
+  - On an API error (bad key, rate limit or 5xx past the retry budget, a malformed or truncated answer, a failed
+    page) the whole source fails; no partial list is used, and the inventory cache is not overwritten. Set
+    C(unparsed_is_failed = True) in the C([inventory]) section of C(ansible.cfg) to stop a playbook run on it.
+  - Hostvars, the same for every provider, are C(provider), C(provider_id), C(provider_status), C(gpu_type),
+    C(gpu_count), C(region), C(price_per_hour), C(interruptible), C(trainer_price_per_hour) (for the idle billing
+    check), the id under the name that the profile's teardown verb reads (C(runpod_pod_id), C(vastai_instance_id)),
+    plus a curated copy of the provider's record under the provider's name (environment variables and tokens are
+    left out).
+"""

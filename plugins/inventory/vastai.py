@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: vastai
+short_description: vast.ai instances as inventory hosts, through vast.ai's API
+version_added: 0.1.0
+description:
+  - Lists the account's instances with C(GET /api/v1/instances/), following C(next_token) page by page (25 a page,
+    ordered by id, as vast's own CLI does), and makes each running instance a host of the group C(vastai).
+  - The address is the one vast's CLI (C(vastai ssh-url)) picks, the direct mapping of C(22/tcp) on
+    C(public_ipaddr) when the instance has one, else the proxy C(ssh_host:ssh_port) (C(ssh_port + 1) for a jupyter
+    runtype).
+  - An instance that is still loading, or running with no SSH address yet, goes into the group C(starting), with
+    no address, and a warning.
+  - The API key comes from O(api_key) or the environment variable E(VAST_API_KEY).
+  - The configuration file's name must end in C(vastai.yml) or C(vastai.yaml).
+  - If one page fails, the whole source fails; a partial list is never used.
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+  - remote_gpu.trainer.provider_inventory
+options:
+  plugin:
+    description: The name of this plugin; the file is used only when it says this.
+    required: true
+    type: str
+    choices:
+      - remote_gpu.trainer.vastai
+  api_url:
+    description:
+      - Base URL of vast.ai's API (the plugin calls C(<api_url>/api/v1/instances/)). Change it for a proxy or the
+        test fake.
+    type: str
+    default: https://console.vast.ai
+  max_pages:
+    description: A guard against a server that never stops paging; past it the source fails.
+    type: int
+    default: 1000
+"""
+
+EXAMPLES = r"""
+# vastai.yml: the key comes from VAST_API_KEY
+plugin: remote_gpu.trainer.vastai
+
+# vastai.yml: interruptible (bid) instances in their own group
+plugin: remote_gpu.trainer.vastai
+groups:
+  vast_interruptible: interruptible
+"""
+
+import json
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import vastai_host
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.provider_inventory import ProviderInventory
+
+PAGE_LIMIT = 25
+
+
+def page_query(after_token=None):
+    """The query of one page, as vast's CLI builds it (JSON-encoded values)."""
+    query = {
+        "select_filters": json.dumps({}),
+        "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
+        "limit": json.dumps(PAGE_LIMIT),
+    }
+    if after_token:
+        query["after_token"] = after_token
+    return query
+
+
+class InventoryModule(ProviderInventory):
+    NAME = "remote_gpu.trainer.vastai"
+    PROVIDER = "vastai"
+    ENV_VAR = "VAST_API_KEY"
+    DEFAULT_URL = "https://console.vast.ai"
+    to_host = staticmethod(vastai_host)
+
+    def fetch(self, client):
+        records = []
+        token = None
+        seen = set()
+        for page in range(1, self.get_option("max_pages") + 1):
+            body = client.get_json("/api/v1/instances/", page_query(token))
+            if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
+                raise ProviderAPIError("vastai: page %d of /api/v1/instances/ has no list 'instances'; "
+                                       "nothing from this source is used." % page, kind="malformed")
+            records.extend(body["instances"])
+            token = body.get("next_token")
+            if not token:
+                return records
+            if not isinstance(token, str) or token in seen:
+                raise ProviderAPIError("vastai: page %d of /api/v1/instances/ repeats or garbles next_token; "
+                                       "nothing from this source is used." % page, kind="malformed")
+            seen.add(token)
+        raise ProviderAPIError("vastai: more than max_pages=%d pages; nothing from this source is used."
+                               % self.get_option("max_pages"), kind="too_many_pages")

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What the providers' inventory plugins share: config, cache, errors, groups, Constructable, filters.
+
+A plugin subclasses ``ProviderInventory`` and sets ``NAME``, ``PROVIDER`` (also the group and the profile name),
+``ENV_VAR``, ``DEFAULT_URL``, ``to_host`` (a pure function from provider_hosts) and ``fetch(client)`` (the raw
+records, every page, or ProviderAPIError).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleParserError
+from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import unique_names
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
+    ProviderAPIError, ProviderHTTP, resolve_api_key, scrub)
+
+
+class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
+    NAME = ""
+    PROVIDER = ""
+    ENV_VAR = ""
+    DEFAULT_URL = ""
+    to_host = None
+
+    def verify_file(self, path):
+        if not super().verify_file(path):
+            return False
+        return path.endswith(("%s.yml" % self.PROVIDER, "%s.yaml" % self.PROVIDER))
+
+    def fetch(self, client):
+        raise NotImplementedError
+
+    def _client(self):
+        key = resolve_api_key(self.get_option("api_key"), self.ENV_VAR, os.environ, self.PROVIDER)
+        return ProviderHTTP(self.PROVIDER, self.get_option("api_url") or self.DEFAULT_URL, key, self.ENV_VAR,
+                            timeout=self.get_option("timeout"), retry_budget=self.get_option("retry_budget"),
+                            max_bytes=self.get_option("max_response_bytes"))
+
+    def parse(self, inventory, loader, path, cache=True):
+        super().parse(inventory, loader, path, cache)
+        self._read_config_data(path)
+        cache_key = self.get_cache_key(path)
+        use_cache = self.get_option("cache")
+        records = None
+        if use_cache and cache:
+            try:
+                records = self._cache[cache_key]
+            except KeyError:
+                records = None
+        if records is None:
+            client = None
+            try:
+                client = self._client()
+                records = self.fetch(client)
+            except ProviderAPIError as err:
+                raise AnsibleParserError(str(err)) from None
+            except Exception as err:  # pylint: disable=broad-except
+                # Never a traceback, never the key: the message of anything unexpected is scrubbed.
+                secret = client.api_key if client else (self.get_option("api_key") or os.environ.get(self.ENV_VAR))
+                raise AnsibleParserError(scrub("%s: unexpected failure while listing instances: %s: %s"
+                                               % (self.PROVIDER, type(err).__name__, err), secret)) from None
+            if use_cache:
+                self._cache[cache_key] = records
+        self._populate(records)
+
+    def _populate(self, records):
+        hosts = []
+        skipped = []
+        for index, record in enumerate(records):
+            try:
+                hosts.append(type(self).to_host(record))
+            except (ValueError, TypeError, AttributeError) as err:
+                skipped.append("record %d (%s)" % (index, err))
+        if skipped:
+            self.display.warning("%s: skipped %d malformed instance record(s): %s"
+                                 % (self.PROVIDER, len(skipped), "; ".join(skipped[:10])))
+        strict = self.get_option("strict")
+        filters = self.get_option("filters") or []
+        include_stopped = self.get_option("include_stopped")
+        for host in unique_names(hosts):
+            if host["state"] == "stopped" and not include_stopped:
+                continue
+            hostvars = dict(host["hostvars"])
+            if not self._keep(host["name"], hostvars, filters):
+                continue
+            name = host["name"]
+            if host["state"] == "ready":
+                group = self.PROVIDER
+                hostvars["ansible_host"] = host["address"]
+                hostvars["ansible_port"] = host["port"]
+            elif host["state"] == "starting":
+                group = "starting"
+                self.display.warning("%s: instance %s (%s) is %s with no SSH address yet; it is in the group "
+                                     "'starting', not '%s'." % (self.PROVIDER, host["id"], name,
+                                                                hostvars.get("provider_status") or "starting",
+                                                                self.PROVIDER))
+            else:
+                group = "stopped"
+            self.inventory.add_group(group)
+            self.inventory.add_host(name, group=group)
+            for key, value in hostvars.items():
+                self.inventory.set_variable(name, key, value)
+            self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
+            self._add_host_to_composed_groups(self.get_option("groups"), hostvars, name, strict=strict)
+            self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, name, strict=strict)
+
+    def _keep(self, name, hostvars, filters):
+        for conditional in filters:
+            self.templar.available_variables = hostvars
+            try:
+                if not self.templar.evaluate_conditional(conditional):
+                    return False
+            except Exception as err:  # pylint: disable=broad-except
+                raise AnsibleParserError("%s: filter %r failed for host %s: %s"
+                                         % (self.PROVIDER, conditional, name, err)) from None
+        return True

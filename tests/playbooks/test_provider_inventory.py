@@ -1,0 +1,294 @@
+"""ansible-inventory through the runpod and vastai inventory plugins, against the loopback fakes of their APIs.
+
+No root and no lab: the fake serves the providers' real shapes; the addresses are made up (nothing connects)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+
+import pytest
+
+from pbhelpers import REPO, VENV_BIN, ansible_env
+
+_spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
+fake_api = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_api)
+
+KEY = "TESTKEY-9f8e7d6c5b4a-never-print-me"
+ENV_VAR = {"runpod": "RUNPOD_API_KEY", "vastai": "VAST_API_KEY"}
+
+
+def unwrap(value):
+    """ansible-inventory --list marks plugin strings unsafe ({"__ansible_unsafe": s}); the plain value."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+@pytest.fixture
+def serve():
+    started = []
+
+    def _serve(provider, records, key=KEY):
+        fake = fake_api.FakeAPI(provider, key, records).start()
+        started.append(fake)
+        return fake
+
+    yield _serve
+    for fake in started:
+        fake.stop()
+
+
+def write_config(tmp_path, provider, fake, extra="", name=None):
+    path = tmp_path / (name or "%s.yml" % provider)
+    path.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\nretry_budget: 3\n%s" % (provider, fake.url, extra))
+    return path
+
+
+def inventory(config, provider, *args, key=KEY, failed_is_fatal=True, **env):
+    extra = {ENV_VAR[provider]: key} if key is not None else {}
+    if failed_is_fatal:
+        extra["ANSIBLE_INVENTORY_UNPARSED_FAILED"] = "True"
+    extra.update(env)
+    base = ansible_env(**extra)
+    if key is None:
+        base.pop(ENV_VAR[provider], None)
+    out = config.parent / "inventory-out.json"
+    if out.exists():
+        out.unlink()
+    proc = subprocess.run([str(VENV_BIN / "ansible-inventory"), "-i", str(config), "--list", "--export", "--output",
+                           str(out), *args], capture_output=True, text=True, cwd=REPO, env=base, timeout=300, check=False)
+    text = out.read_text() if out.exists() else ""
+    proc.stdout += text  # the listing counts as output too (for the "key never shown" checks)
+    data = unwrap(json.loads(text)) if proc.returncode == 0 else None
+    return proc, data
+
+
+def group_hosts(data, group):
+    return sorted(data.get(group, {}).get("hosts", []))
+
+
+# --- RunPod -------------------------------------------------------------------------------------------------------
+
+def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
+    records = [fake_api.runpod_pod(1, "198.51.100.1", 10341),
+               fake_api.runpod_pod(2, "198.51.100.2", 10342, count=8, interruptible=True, price=21.52),
+               fake_api.runpod_pod(3, None, None, ready=False), fake_api.runpod_pod(4, "h", 1, status="EXITED")]
+    fake = serve("runpod", records)
+    proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "runpod") == ["train-1", "train-2"]
+    assert group_hosts(data, "starting") == ["train-3"]
+    assert "train-4" not in data["_meta"]["hostvars"]  # stopped: left out by default
+    hv = dict(data["_meta"]["hostvars"]["train-2"])
+    record = hv.pop("runpod")
+    assert hv == {"ansible_host": "198.51.100.2", "ansible_port": 10342, "provider": "runpod",
+                  "provider_id": "fakepod0002", "provider_status": "RUNNING", "gpu_type": "H100 80GB HBM3",
+                  "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52, "interruptible": True,
+                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002"}
+    assert record["portMappings"] == {"22": 10342} and "env" not in record
+    starting = data["_meta"]["hostvars"]["train-3"]
+    assert "ansible_host" not in starting and starting["provider_status"] == "RUNNING"
+    assert "fakepod0003" in proc.stderr and "'starting'" in proc.stderr
+    assert "fake-env-secret" not in proc.stdout
+    assert [r["path"] for r in fake.api_requests()] == ["/v1/pods"]  # one request: the REST list is not paged
+
+
+def test_runpod_include_stopped(tmp_path, serve):
+    fake = serve("runpod", [fake_api.runpod_pod(4, "h", 1, status="EXITED")])
+    proc, data = inventory(write_config(tmp_path, "runpod", fake, "include_stopped: true\n"), "runpod")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "stopped") == ["train-4"]
+
+
+def test_runpod_group_vars_apply_and_limit_works(tmp_path, serve):
+    """The hosts are in group runpod: group_vars/runpod.yml applies, and -l runpod selects them."""
+    fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341)])
+    config = write_config(tmp_path, "runpod", fake)
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(config), "runpod", "--list-hosts"], capture_output=True,
+                          text=True, cwd=REPO, env=ansible_env(RUNPOD_API_KEY=KEY), timeout=300, check=False)
+    assert proc.returncode == 0 and "train-1" in proc.stdout, proc.stderr
+    proc = subprocess.run([str(VENV_BIN / "ansible-inventory"), "-i", str(config), "--host", "train-1"],
+                          capture_output=True, text=True, cwd=REPO, env=ansible_env(RUNPOD_API_KEY=KEY), timeout=300,
+                          check=False)
+    assert json.loads(proc.stdout)["trainer_profile"] == "runpod", proc.stderr
+
+
+def test_constructable_compose_groups_keyed_groups_filters(tmp_path, serve):
+    records = [fake_api.runpod_pod(1, "198.51.100.1", 1, gpu="NVIDIA H100 80GB HBM3", datacenter="EU-RO-1"),
+               fake_api.runpod_pod(2, "198.51.100.2", 2, gpu="NVIDIA A40", datacenter="US-KS-2", interruptible=True),
+               fake_api.runpod_pod(3, "198.51.100.3", 3, gpu="NVIDIA RTX 4090", datacenter="US-KS-2")]
+    fake = serve("runpod", records)
+    extra = ("filters:\n  - gpu_type is not search('4090')\n"
+             "compose:\n  hourly_cents: (price_per_hour * 100) | int\n"
+             "groups:\n  spot: interruptible\n"
+             "keyed_groups:\n  - key: region\n    prefix: dc\n")
+    proc, data = inventory(write_config(tmp_path, "runpod", fake, extra), "runpod")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(data["_meta"]["hostvars"]) == ["train-1", "train-2"]
+    assert group_hosts(data, "spot") == ["train-2"]
+    assert group_hosts(data, "dc_EU_RO_1") == ["train-1"] and group_hosts(data, "dc_US_KS_2") == ["train-2"]
+    assert data["_meta"]["hostvars"]["train-1"]["hourly_cents"] == 269
+
+
+def test_config_file_name_must_end_in_plugin_name(tmp_path, serve):
+    fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341)])
+    proc, _data = inventory(write_config(tmp_path, "runpod", fake, name="pods.yml"), "runpod")
+    assert proc.returncode != 0 and fake.api_requests() == []
+
+
+def test_cache_second_run_makes_no_request(tmp_path, serve):
+    fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341)])
+    extra = "cache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\ncache_timeout: 600\n" % (
+        tmp_path / "cache")
+    config = write_config(tmp_path, "runpod", fake, extra)
+    first, data1 = inventory(config, "runpod")
+    second, data2 = inventory(config, "runpod")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert data1 == data2 and "train-1" in data2["_meta"]["hostvars"]
+    assert len(fake.api_requests()) == 1
+    # A failed refresh does not overwrite the good cache: the next cached run still has the hosts, with no request.
+    fake.inject({"status": 401})
+    failed, _data = inventory(config, "runpod", "--flush-cache")
+    assert failed.returncode != 0
+    third, data3 = inventory(config, "runpod")
+    assert third.returncode == 0 and data3 == data1 and len(fake.api_requests()) == 2
+    assert KEY not in "".join(p.stdout + p.stderr for p in (first, second, failed, third))
+    assert KEY not in "".join(f.read_text() for f in (tmp_path / "cache").iterdir())
+
+
+# --- vast.ai ------------------------------------------------------------------------------------------------------
+
+def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
+    records = [fake_api.vastai_instance(1, "198.51.100.11", 40001),
+               fake_api.vastai_instance(2, "ssh4.vast.ai", 31002, direct=False, bid=True, count=4, price=1.6),
+               fake_api.vastai_instance(3, "198.51.100.13", 40003, status="loading")]
+    fake = serve("vastai", records)
+    proc, data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "vastai") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    hvs = data["_meta"]["hostvars"]
+    assert (hvs["train-1"]["ansible_host"], hvs["train-1"]["ansible_port"]) == ("198.51.100.11", 40001)
+    hv = dict(hvs["train-2"])
+    record = hv.pop("vastai")
+    assert hv == {"ansible_host": "ssh4.vast.ai", "ansible_port": 31002, "provider": "vastai", "provider_id": "9000002",
+                  "provider_status": "running", "gpu_type": "RTX_4090", "gpu_count": 4, "region": "Norway, NO",
+                  "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
+                  "vastai_instance_id": "9000002"}
+    assert record["ssh_port"] == 31002 and "extra_env" not in record and "jupyter_token" not in record
+    assert "fake-env-secret" not in proc.stdout and "fake-jupyter-token" not in proc.stdout
+    assert "9000003" in proc.stderr and "'starting'" in proc.stderr
+
+
+def test_vastai_500_instances_over_20_pages_one_request_each(tmp_path, serve):
+    pairs = [("198.51.100.%d" % (i % 250 + 1), 40000 + i) for i in range(500)]
+    fake = serve("vastai", fake_api.records_for("vastai", pairs))
+    proc, data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    assert proc.returncode == 0, proc.stderr
+    assert len(group_hosts(data, "vastai")) == 500
+    reqs = fake.api_requests()
+    assert len(reqs) == 20 and all(r["path"] == "/api/v1/instances/" and r["auth_ok"] for r in reqs)
+    assert [r["query"].get("after_token") for r in reqs] == [None] + ["t%d" % (25 * i) for i in range(1, 20)]
+    assert {r["query"]["limit"] for r in reqs} == {"25"}
+
+
+def test_vastai_a_failed_page_fails_the_whole_source(tmp_path, serve):
+    fake = serve("vastai", fake_api.records_for("vastai", [("198.51.100.1", 40000 + i) for i in range(60)]))
+    fake.inject({}, {}, {"malformed": True})
+    proc, _data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    assert proc.returncode != 0 and "malformed response" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(fake.api_requests()) == 3
+
+
+# --- errors, both providers --------------------------------------------------------------------------------------
+
+PROVIDERS = ("runpod", "vastai")
+
+
+def one_record(provider):
+    return fake_api.records_for(provider, [("198.51.100.1", 40001)])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_no_key_names_the_env_var(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider, key=None)
+    assert proc.returncode != 0 and "Set the environment variable %s" % ENV_VAR[provider] in proc.stderr
+    assert fake.api_requests() == []
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_wrong_key_names_the_env_var_and_key_never_shown_at_vvv(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    wrong = "WRONGKEY-0000-also-never-print"
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider, "-vvv", key=wrong)
+    assert proc.returncode != 0 and "HTTP 401" in proc.stderr and ENV_VAR[provider] in proc.stderr
+    assert wrong not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_key_appears_zero_times_at_vvv(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    proc, data = inventory(write_config(tmp_path, provider, fake), provider, "-vvv")
+    assert proc.returncode == 0 and data["_meta"]["hostvars"], proc.stderr
+    assert (proc.stdout + proc.stderr).count(KEY) == 0
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_rate_limit_and_5xx_are_retried(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    fake.inject({"status": 429, "retry_after": 0}, {"status": 503, "retry_after": 0})
+    proc, data = inventory(write_config(tmp_path, provider, fake), provider)
+    assert proc.returncode == 0 and data["_meta"]["hostvars"], proc.stderr
+    assert len(fake.api_requests()) == 3
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_persistent_5xx_fails_within_the_budget(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    fake.inject(*[{"status": 500}] * 20)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
+    assert proc.returncode != 0 and "gave up after" in proc.stderr and "HTTP 500" in proc.stderr
+    assert len(fake.api_requests()) <= 3  # 1 s + 2 s of backoff fit in retry_budget: 3
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("fault,words", [({"truncate": True}, "truncated response"),
+                                         ({"malformed": True}, "malformed response")])
+def test_truncated_or_malformed_answer_is_a_clear_error(tmp_path, serve, provider, fault, words):
+    fake = serve(provider, one_record(provider))
+    fake.inject(fault)
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
+    assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_slow_answer_times_out_then_retries(tmp_path, serve, provider):
+    fake = serve(provider, one_record(provider))
+    fake.inject({"slow": 3})
+    proc, data = inventory(write_config(tmp_path, provider, fake, "timeout: 1\n"), provider)
+    assert proc.returncode == 0 and data["_meta"]["hostvars"], proc.stderr
+    assert len(fake.api_requests()) == 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_wrong_shape_is_a_clear_error(tmp_path, serve, provider):
+    fake = serve(provider, [])
+    fake.answer = lambda path, query: (200, {"unexpected": True} if provider == "runpod" else [1, 2])
+    proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert ("not the list of pods" if provider == "runpod" else "has no list 'instances'") in proc.stderr
+
+
+def test_malformed_record_is_skipped_and_named(tmp_path, serve):
+    fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341), {"name": "no id"}, "junk"])
+    proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "runpod") == ["train-1"]
+    assert "skipped 2 malformed instance record(s)" in proc.stderr
