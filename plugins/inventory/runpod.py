@@ -41,9 +41,9 @@ options:
 """
 
 EXAMPLES = r"""
-# runpod.yml: the key comes from RUNPOD_API_KEY
-plugin: remote_gpu.trainer.runpod
-
+# The smallest runpod.yml (the key comes from RUNPOD_API_KEY) is one line:
+#   plugin: remote_gpu.trainer.runpod
+#
 # runpod.yml: H100 pods only, grouped by data center, cached for 5 minutes
 plugin: remote_gpu.trainer.runpod
 filters:

@@ -46,9 +46,9 @@ options:
 """
 
 EXAMPLES = r"""
-# vastai.yml: the key comes from VAST_API_KEY
-plugin: remote_gpu.trainer.vastai
-
+# The smallest vastai.yml (the key comes from VAST_API_KEY) is one line:
+#   plugin: remote_gpu.trainer.vastai
+#
 # vastai.yml: interruptible (bid) instances in their own group
 plugin: remote_gpu.trainer.vastai
 groups:
