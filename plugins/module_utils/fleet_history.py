@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import stat
@@ -35,6 +34,7 @@ except ImportError:  # pragma: no cover - not POSIX
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_preflight import gpu_summary
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer as _int, number as _num
 
 VERSION = 1
 SUFFIX = ".jsonl"
@@ -55,18 +55,6 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 class HistoryError(Exception):
     """A host name that cannot be a history file, or a history file that cannot be opened safely."""
 
-
-def _num(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _int(value):
-    value = _num(value)
-    return None if value is None else int(value)
 
 
 def _clip(text, width=TEXT_WIDTH):

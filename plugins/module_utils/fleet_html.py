@@ -16,6 +16,8 @@ import datetime
 import html
 import math
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import number as _num
+
 MAX_POINTS = 288
 SAMPLE_POINTS = MAX_POINTS // 2  # what fleet_history.load_fleet parses over the window (plus the last RATE_WINDOW)
 WINDOW = 7 * 86400          # the charts' window (seconds)
@@ -60,14 +62,6 @@ font-size:9px}footer{margin-top:16px;font-size:12px}
 def esc(value):
     """Any value as HTML text (quotes escaped too, so it is safe in attributes)."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _num(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _text(value):
