@@ -30,8 +30,9 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import (REPO, VENV_BIN, counting_ssh, executions_per_host, fleet_addresses, fleet_hosts,  # noqa: E402
-                        lab_fleet, round_dirs, seed_script, timed)
+from lab_common import (REPO, VENV_BIN, close_masters, counting_ssh, executions_per_host,  # noqa: E402
+                        fleet_addresses, fleet_hosts, lab_fleet, round_dirs, seed_script, timed,
+                        without_control_path)
 
 JOB = ('for i in 001 002 003; do mkdir -p "$TRAINER_ITEMS_DIR/$i" && printf \'{"item": "%s", "exit_code": 0}\\n\' '
        '"$i" > "$TRAINER_ITEMS_DIR/$i/status.json"; done; '
@@ -62,18 +63,9 @@ def start_jobs(inventory):
         raise SystemExit("could not start the jobs:\n%s%s" % (proc.stdout[-3000:], proc.stderr[-2000:]))
 
 
-def close_masters(state):
-    """Close Ansible's ControlPersist masters, so the next tick connects cold like the baseline."""
-    sockets = list((state / "cp").glob("*")) if (state / "cp").is_dir() else []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(sockets))) as pool:
-        list(pool.map(lambda sock: subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "lab"],
-                                                  capture_output=True, check=False), sockets))
-
-
 def run_seed(inventory, wrapper, probe):
     common, hosts = fleet_hosts(inventory)
-    words = common["ansible_ssh_common_args"].split()
-    options = [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath") for w in pair]
+    options = without_control_path(common["ansible_ssh_common_args"])
 
     def one(host):
         home = "/root" if host["ansible_user"] == "root" else "/home/%s" % host["ansible_user"]
