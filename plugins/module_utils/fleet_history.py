@@ -56,7 +56,6 @@ class HistoryError(Exception):
     """A host name that cannot be a history file, or a history file that cannot be opened safely."""
 
 
-
 def _clip(text, width=TEXT_WIDTH):
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[:width - 3] + "..."
