@@ -22,6 +22,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html  # noqa: E402
+from lab_common import timed  # noqa: E402
 
 TICK = 300
 
@@ -71,12 +72,6 @@ def dashboard(directory, now):
     fleet_html.index(fleet, now, window=30 * 86400)
     assert not warnings, warnings
     return fleet, page
-
-
-def timed(func):
-    start = time.perf_counter()
-    value = func()
-    return time.perf_counter() - start, value
 
 
 def main():

@@ -16,11 +16,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.inode_check import top_inode_consumers  # noqa: E402
+from lab_common import timed  # noqa: E402
 
 
 def build_tree(root, files):
@@ -32,12 +32,6 @@ def build_tree(root, files):
         os.makedirs(os.path.join(root, name))
         for i in range(50):
             open(os.path.join(root, name, "f%d" % i), "w").close()
-
-
-def timed(func):
-    start = time.perf_counter()
-    value = func()
-    return time.perf_counter() - start, value
 
 
 def main():

@@ -75,3 +75,16 @@ def out(tmp_path):
     (root / "tmpdir").mkdir()
     (root / "tmpdir" / "x").write_bytes(b"x")
     return root
+
+
+@pytest.fixture
+def cgroup_root(tmp_path):
+    """A cgroup v2 root with a 1 GiB memory limit, one OOM kill and a one-CPU quota (env_audit, preflight_probe)."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "memory.max").write_text("1073741824\n")
+    (root / "memory.current").write_text("104857600\n")
+    (root / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
+    (root / "cpu.max").write_text("100000 100000\n")
+    return root

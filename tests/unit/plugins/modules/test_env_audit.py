@@ -45,18 +45,6 @@ def fake_torch(tmp_path, monkeypatch):
     return make
 
 
-@pytest.fixture
-def cgroup_root(tmp_path):
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (root / "memory.max").write_text("1073741824\n")
-    (root / "memory.current").write_text("104857600\n")
-    (root / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
-    (root / "cpu.max").write_text("100000 100000\n")
-    return root
-
-
 def test_audit_reports_cgroup_torch_and_hook(module_runner, fake_torch, cgroup_root, tmp_path):
     fake_torch()
     hook = tmp_path / "network_turbo"

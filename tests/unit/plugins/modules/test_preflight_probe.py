@@ -20,18 +20,6 @@ HINT = "shutdown (power off in the AutoDL console)"
 
 
 @pytest.fixture
-def cgroup_root(tmp_path):
-    root = tmp_path / "cgroup"
-    root.mkdir()
-    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (root / "memory.max").write_text("1073741824\n")
-    (root / "memory.current").write_text("104857600\n")
-    (root / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
-    (root / "cpu.max").write_text("100000 100000\n")
-    return root
-
-
-@pytest.fixture
 def slow_torch(tmp_path, monkeypatch):
     """A stand-in torch whose import takes ``seconds`` (a real one takes seconds too) and that knows no sm_90."""
 
