@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from . import gpu, instance, proxy
+from . import gpu, instance, power, proxy
 from . import state as st
 from .inventory import MAX_SIZE, VARIANTS, inventory, layout, write_inventory
 
@@ -246,6 +246,19 @@ def cmd_gpu_app(args) -> int:
     return 0
 
 
+def cmd_power(args) -> int:
+    """reboot, vanish, revive (fleetlib/power.py)."""
+    if not is_root():
+        print(USAGE_ROOT.format(cmd=args.cmd), file=sys.stderr)
+        return 2
+    try:
+        _say(getattr(power, args.cmd)(st.state_dir(), args.host))
+    except (KeyError, LookupError, RuntimeError, OSError) as exc:
+        print(f"fleet {args.cmd}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tests/lab/fleet", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -275,6 +288,13 @@ def main(argv=None) -> int:
     ga.add_argument("--clear", action="store_true", help="empty the instance's apps file")
     ga.add_argument("--pid-mode", choices=["host", ""], help="'host': the emulator prints host PIDs; '': default")
     ga.set_defaults(func=cmd_gpu_app)
+    for verb, text in (("reboot", "kill every process of the instance but sshd, as a platform restart (keeps the "
+                                  "disks; runs /root/onstart.sh on vastai)"),
+                       ("vanish", "make the instance stop answering SSH (its jobs keep running)"),
+                       ("revive", "make a vanished instance answer again")):
+        cmd = sub.add_parser(verb, help=text)
+        cmd.add_argument("host")
+        cmd.set_defaults(func=cmd_power)
     args = ap.parse_args(argv)
     try:
         return args.func(args)
