@@ -220,7 +220,8 @@ def _strings(value):
 
 def item_statuses(items_dir):
     """Parsed ``items/<item>/status.json`` files, sorted by item directory name: the keys of parse_status plus
-    ``state`` (item_state), ``command_exit_code``, ``sync_error`` and ``unsynced`` (files not durable)."""
+    ``state`` (item_state), ``command_exit_code``, ``sync_error``, ``unsynced`` (files not durable), ``sync_dest``
+    (the durable directory, None when the sync is off) and ``synced`` (how many verified copies it records)."""
     try:
         names = sorted(os.listdir(items_dir))
     except OSError:
@@ -233,8 +234,12 @@ def item_statuses(items_dir):
         status = _status_fields(data)
         if status["item"] is None:
             status["item"] = name
+        synced = data.get("synced")
         status.update(state=item_state(data), sync_error=data.get("sync_error"),
                       unsynced=_strings(data.get("unsynced")),
+                      sync_dest=data.get("sync_dest") if isinstance(data.get("sync_dest"), str) else None,
+                      synced=len([entry for entry in synced if isinstance(entry, dict) and isinstance(
+                          entry.get("sha256"), str)]) if isinstance(synced, list) else 0,
                       command_exit_code=exit_code_of({"exit_code": data.get("command_exit_code")}))
         found.append(status)
     return found

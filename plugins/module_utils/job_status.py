@@ -17,6 +17,11 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 
 
+# What each job reports of its items' status files (job["items"]): enough for autopilot to know which item to
+# resume from and whether every item's files are durable.
+ITEM_KEYS = ("item", "state", "exit_code", "finished", "sync_dest", "synced", "unsynced")
+
+
 class StatusError(Exception):
     """Arguments job_status cannot work with; the message says what to fix."""
 
@@ -117,6 +122,7 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "queue_items": share["ids"],
         "queue_length": share["queue_length"],
         "run_id": queue.get("run_id") if queue else None,
+        "items": [dict((key, item[key]) for key in ITEM_KEYS) for item in share["items"]],
         "last_exit_code": last_exit,
         "final_status": final,
         "progress": scan["progress"],

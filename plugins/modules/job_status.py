@@ -203,6 +203,9 @@ jobs:
       this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
       C(queue_length) the length of the whole queue, C(run_id) the run). C(queue_length) means the option of that
       name, and null means completion is not graded. With a record, only the share's items are counted.
+    - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
+      C(failed) or C(sync_failed). C(sync_dest) is the durable directory, null when the sync is off. C(synced) is
+      the number of verified durable copies it records. C(unsynced) lists the files that are not durable.
   type: list
   elements: dict
   returned: always
@@ -218,6 +221,9 @@ jobs:
       queue_items: null
       queue_length: 24
       run_id: null
+      items:
+        - {item: "016", state: sync_failed, exit_code: 1, finished: "2026-07-03T21:40:02Z",
+           sync_dest: /root/autodl-fs/runs/ablations/016, synced: 0, unsynced: [best.pt, trainer-item.log]}
       last_exit_code: null
       progress: {text: "Epoch 3/20", unit: epoch, value: 3, total: 20, line_no: 5120}
       crash_markers: [{line_no: 5133, kind: traceback, text: "Traceback (most recent call last):"}]

@@ -330,6 +330,10 @@ def test_job_status_reports_the_item_states_and_scopes_the_crash_markers(module_
     assert not failed, result
     job = result["jobs"][0]
     assert (job["items_failed"], job["items_sync_failed"], job["current_item"]) == (3, 1, "002")
+    # each item's state and whether its files are durable, for autopilot (issue 11)
+    assert [(i["item"], i["state"], i["exit_code"], i["unsynced"], i["synced"], i["sync_dest"]) for i in job["items"]] == [
+        ("000", "failed", 1, [], 0, None), ("001", "failed", 127, [], 0, None),
+        ("002", "sync_failed", 1, ["best.pt"], 0, None)]
     assert job["crash_marker_count"] == 0 and [c["item"] for c in job["earlier_crashes"]] == ["000"]
     assert job["tail"] == ["bash: line 1: python: command not found", "epoch 9/9"]
     by_code = {f["code"]: f for f in result["findings"]}
