@@ -80,7 +80,7 @@ def validate(module):
         if not params["log_path"].strip():
             raise JobError("log_path is empty: omit it for <run_dir>/<name>/job.log, or give a file path")
         absolute(params["log_path"], "log_path")
-    if params["state"] == "stopped":
+    if params["state"] in ("stopped", "resumed"):
         return
     validate_command(params["command"], params["state"])
     for env_file in params["env_files"]:

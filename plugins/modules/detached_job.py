@@ -51,7 +51,7 @@ options:
       - What to run. A string is run by C(bash -c), so pipes, C(&&) and variables work.
       - A list is run as an argument vector, each element quoted; its first element (the program) must not be empty.
       - A NUL byte is refused.
-      - Required when O(state) is V(started) or V(restarted).
+      - Required when O(state) is V(started) or V(restarted); ignored with V(resumed).
     type: raw
   chdir:
     description: Directory to change into before running the command. It must exist and be an absolute path.
@@ -93,8 +93,14 @@ options:
         again.
       - V(stopped) sends SIGTERM to the job's process group, waits O(stop_timeout) seconds, then sends SIGKILL.
       - V(restarted) stops the job if it is running, then starts it.
+      - V(resumed) starts the job's recorded wrapper again (the one C(job.meta.json) names; the meta must be the
+        job's own, see the notes), detached as it was started (tmux, else nohup), unless the job runs or has
+        finished with exit code 0. O(command), O(env_files) and O(env) are not needed: the wrapper holds them.
+        For a queue that launch started, the wrapper runs its queue runner, which skips the finished items and
+        retries only the sync of an item that trained, so the queue resumes at its first unfinished item (what
+        launch's onstart hook and the autopilot's heal do).
     type: str
-    choices: [started, stopped, restarted]
+    choices: [started, stopped, restarted, resumed]
     default: started
   stop_timeout:
     description: Seconds between SIGTERM and SIGKILL when stopping, from 0 to 86400.
@@ -121,6 +127,12 @@ EXAMPLES = r"""
     env:
       OMP_NUM_THREADS: "12"
   register: job
+
+- name: Start the job again as it was started (after a reboot), unless it runs or finished
+  remote_gpu.trainer.detached_job:
+    name: abl-lr3e4
+    run_dir: /root/autodl-tmp/jobs
+    state: resumed
 
 - name: Stop it (SIGTERM to its process group, SIGKILL after 60 s)
   remote_gpu.trainer.detached_job:
@@ -175,6 +187,7 @@ msg:
 
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -208,7 +221,7 @@ def build_module():
             env_files=dict(type="list", elements="path", default=[]),
             env=dict(type="dict", default={}),
             detach=dict(type="str", choices=["auto", "tmux", "nohup"], default="auto"),
-            state=dict(type="str", choices=["started", "stopped", "restarted"], default="started"),
+            state=dict(type="str", choices=["started", "stopped", "restarted", "resumed"], default="started"),
             stop_timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,
@@ -327,6 +340,30 @@ def launch(module, paths, wrapper, detach):
                    % (detach, paths["pid_file"], PID_WAIT_SECONDS, paths["log_path"]))
 
 
+def recorded_wrapper(module, paths):
+    """(wrapper, detach) to resume a job with: the wrapper its own job.meta.json names (a regular file
+    ``wrapper-*.sh`` in the job directory) and the way it was detached (tmux when it still is installed)."""
+    meta, problem = job_layout.trusted_meta(paths)
+    if problem:
+        raise JobError("cannot resume %s: %s" % (module.params["name"], problem))
+    wrapper = meta.get("wrapper")
+    if not isinstance(wrapper, str) or os.path.dirname(wrapper) != paths["job_dir"] or not os.path.basename(
+            wrapper).startswith("wrapper-"):
+        raise JobError("cannot resume %s: its job.meta.json names no wrapper in %s; start it with a command "
+                       "(state=started) or relaunch it" % (module.params["name"], paths["job_dir"]))
+    try:
+        mode = os.lstat(wrapper).st_mode
+    except OSError as exc:
+        raise JobError("cannot resume %s: its wrapper %s: %s" % (module.params["name"], wrapper, exc.strerror))
+    if not stat.S_ISREG(mode):
+        raise JobError("cannot resume %s: its wrapper %s is not a regular file" % (module.params["name"], wrapper))
+    detach = meta.get("detach")
+    if module.params["detach"] != "auto" or detach not in ("tmux", "nohup") or (
+            detach == "tmux" and not module.get_bin_path("tmux")):
+        detach = choose_detach(module)
+    return wrapper, detach
+
+
 def stop(module, paths, pid):
     """SIGTERM the recorded PID's process group, wait stop_timeout, then SIGKILL. Returns True when stopped.
 
@@ -381,11 +418,22 @@ def run(module, result):
         result["msg"] = "%s is already running (pid %s)" % (name, pid)
         return
     final = job_layout.parse_status(job_layout.read_text(paths["status_file"]))
-    if state == "started" and final is not None and final["exit_code"] == 0:
+    if state in ("started", "resumed") and final is not None and final["exit_code"] == 0:
         result["msg"] = ("%s already finished with exit code 0 at %s; use state=restarted to run it again"
                          % (name, final["finished"]))
         return
 
+    if state == "resumed":
+        wrapper, detach = recorded_wrapper(module, paths)
+        check_disks(paths)
+        check_log(paths, module.check_mode)
+        result.update(wrapper=wrapper, detach=detach, changed=True, started=True)
+        if module.check_mode:
+            result["msg"] = "would resume %s under %s (%s)" % (name, detach, wrapper)
+            return
+        new_pid = launch(module, paths, wrapper, detach)
+        result.update(pid=new_pid, running=True, msg="resumed %s under %s, pid %s" % (name, detach, new_pid))
+        return
     detach = choose_detach(module)
     check_disks(paths)
     result["wrapper"] = prepare(module, paths)

@@ -413,3 +413,26 @@ def test_check_mode_refuses_a_log_under_a_regular_file(module_runner, run_dir, t
     failed, result = start(module_runner, run_dir, "cf", "true", log_path=str(tmp_path / "plain" / "j.log"),
                            _ansible_check_mode=True)
     assert failed and "Not a directory" in result["msg"] and str(tmp_path / "plain") in result["msg"]
+
+
+def test_resumed_starts_the_recorded_wrapper_again(module_runner, run_dir):
+    """state=resumed (autopilot's heal, issue 11): the wrapper job.meta.json names is run again, as it was
+    detached, with no command given; a running or finished job is left alone, and a job never started is refused."""
+    failed, result = module_runner(detached_job, {"name": "rs", "run_dir": str(run_dir), "state": "resumed"})
+    assert failed and "names no wrapper" in result["msg"]
+    marker = run_dir.parent / "runs.txt"
+    failed, first = start(module_runner, run_dir, "rs", "echo run >> %s; exit 3" % marker, detach="nohup")
+    assert not failed, first
+    assert wait_for(lambda: finished(run_dir, "rs"))
+    failed, again = module_runner(detached_job, {"name": "rs", "run_dir": str(run_dir), "state": "resumed"})
+    assert not failed and again["started"] and again["wrapper"] == first["wrapper"], again
+    assert again["detach"] == "nohup" and again["msg"].startswith("resumed rs under nohup")
+    assert wait_for(lambda: finished(run_dir, "rs") and marker.read_text().count("run") == 2)
+    json.dump({"item": None, "exit_code": 0, "started": "a", "finished": "b"},
+              open(os.path.join(str(run_dir), "rs", "status.json"), "w"))
+    failed, done = module_runner(detached_job, {"name": "rs", "run_dir": str(run_dir), "state": "resumed"})
+    assert not failed and not done["changed"] and "already finished" in done["msg"]
+    os.unlink(os.path.join(str(run_dir), "rs", "status.json"))
+    os.chmod(os.path.join(str(run_dir), "rs", "job.meta.json"), 0o666)
+    failed, untrusted = module_runner(detached_job, {"name": "rs", "run_dir": str(run_dir), "state": "resumed"})
+    assert failed and "writable by group or others" in untrusted["msg"]
