@@ -1,0 +1,202 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Controller side of the autopilot tick: decide per host (module_utils/autopilot.py), then record what was done:
+history, receipts, the JSON report, and the events to notify."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_native
+from ansible.utils.display import Display
+
+from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import (
+    BILLING_VARS, _host_var, host_record, targeted_hosts, write_file)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot, billing, fleet_history, fleet_patrol
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
+from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+
+display = Display()
+SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
+ACTS = ("heal", "retry_sync", "park")
+
+
+def host_billing(host_vars):
+    """{price, currency} of a box that bills, else {}."""
+    settings = dict((key, _host_var(host_vars, var)) for key, var in BILLING_VARS)
+    if not billing.billed(settings.get("billed")):
+        return {}
+    return {"price": billing.price_of(settings.get("price_per_hour")), "currency": settings.get("currency")}
+
+
+def history_of(history_dir, host):
+    """The host's history records (oldest first) and the warnings of reading it."""
+    try:
+        name = fleet_history.file_name(host)
+    except fleet_history.HistoryError as exc:
+        return [], [str(exc)]
+    if not os.path.isdir(history_dir):
+        return [], []
+    records, warnings, _size = fleet_history.read_history(history_dir, name)
+    return records, warnings
+
+
+def decide_host(host, host_vars, args, now, check_mode):
+    """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
+    raw = dict((key, _host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
+    history, warnings = history_of(args["history_dir"], host)
+    probe = _host_var(host_vars, args["probe_var"])
+    try:
+        settings = autopilot.settings_of(raw)
+    except autopilot.SettingsError as exc:
+        settings = None
+        found = {"state": "config_error", "action": "none", "wanted": "none", "item": None, "host": host,
+                 "reason": "%s: nothing is healed or stopped on this host" % exc,
+                 "previous": autopilot.previous_state(history)}
+        found["events"] = autopilot.change_events(host, found["previous"], dict(found, state="fail:config_error"))
+        found["state"] = "fail:config_error"
+    if settings is not None:
+        meter_stop = _host_var(host_vars, "trainer_meter_stop")
+        found = autopilot.decide(host, probe, history, settings, meter_stop, now, job_name=args["job"],
+                                 billing=host_billing(host_vars))
+        if found["action"] == "park":
+            placeholders = unresolved_placeholders(found.get("command"))
+            if placeholders:
+                found.update(action="escalate", state="idle_manual", reason=found["reason"] + "; but the meter-stop "
+                             "command still holds %s: set the matching inventory variable" % ", ".join(placeholders))
+                found["events"] = autopilot.change_events(host, found.get("previous"), found)
+    found["notify"] = bool(settings and settings["notify"])
+    found["open"] = found["action"] == "park" and not check_mode
+    found["act"] = found["action"] if found["action"] in ACTS and not check_mode else None
+    found["history_warnings"] = warnings
+    return found
+
+
+def outcome_of(decision, host_vars, args):
+    """{ok, msg} of the action the playbook ran for this decision, or None when none ran."""
+    if decision.get("act") not in ACTS:
+        return None
+    var = args["park_var"] if decision["act"] == "park" else args["heal_var"]
+    result = _host_var(host_vars, var)
+    if not isinstance(result, dict) or result.get("skipped"):
+        return {"ok": False, "msg": "the %s task did not run on this host" % decision["act"]}
+    if decision["act"] == "park":
+        if result.get("unreachable"):  # the box went down while the verb ran: what was asked
+            return {"ok": True, "msg": "%s ran; the connection dropped as the box went down" % " ".join(
+                decision.get("command") or [])}
+        rc = result.get("rc")
+        if rc == 0 and not result.get("failed"):
+            return {"ok": True, "msg": "%s exited 0" % " ".join(decision.get("command") or [])}
+        return {"ok": False, "msg": "%s: rc %s: %s" % (" ".join(decision.get("command") or []), rc, " ".join(
+            str(result.get("stderr") or result.get("msg") or "").split())[:300])}
+    if result.get("unreachable") or result.get("failed"):
+        return {"ok": False, "msg": " ".join(str(result.get("msg") or "failed").split())[:300]}
+    return {"ok": True, "msg": str(result.get("msg") or "resumed")}
+
+
+def line_of(decision):
+    act = decision["action"] if decision["action"] == decision.get("wanted") else "%s (wanted %s)" % (
+        decision["action"], decision.get("wanted"))
+    done = {True: " [done]", False: " [FAILED]"}.get(decision.get("ok"), "")
+    return "%s: %s, %s%s: %s" % (decision["host"], decision["state"], act, done, decision["reason"])
+
+
+def receipt_path(report_path, host, now):
+    base = os.path.join(os.path.dirname(os.path.abspath(report_path)), "receipts")
+    return os.path.join(base, "%s-%d-PARK_RECEIPT.json" % (fleet_history.file_name(host)[:-len(".jsonl")], int(now)))
+
+
+class ActionModule(DocumentedAction):
+    DOCUMENTATION = MODULE_DOCUMENTATION
+
+    def run(self, tmp=None, task_vars=None):
+        try:
+            return super().run(tmp, task_vars)
+        except AnsibleActionFail as exc:
+            return dict(exc.result_contribution, changed=False)
+
+    def notify_available(self):
+        try:
+            return bool(self._shared_loader_obj.action_loader.has_plugin("remote_gpu.trainer.notify"))
+        except Exception:  # pylint: disable=broad-except
+            return False
+
+    def act(self, result, args, task_vars):
+        hostvars = task_vars.get("hostvars") or {}
+        hosts = targeted_hosts(None, task_vars)
+        now = time.time()
+        check = bool(self._task.check_mode)
+        if args["phase"] == "decide":
+            decisions = dict((host, decide_host(host, hostvars.get(host), args, now, check)) for host in hosts)
+            for warning in sorted(set(w for d in decisions.values() for w in d.pop("history_warnings"))):
+                display.warning("autopilot history: %s" % warning)
+            result.update(changed=False, decisions=decisions, events=[], notify_events=[],
+                          notify_available=self.notify_available())
+            return result
+        return self.record(result, args, hostvars, hosts, now, check)
+
+    def record(self, result, args, hostvars, hosts, now, check):
+        settled, warnings = {}, []
+        for host in hosts:
+            decision = (args["decisions"] or {}).get(host)
+            if not isinstance(decision, dict):
+                continue
+            host_vars = hostvars.get(host)
+            found = autopilot.settle(decision, outcome_of(decision, host_vars, args))
+            found["line"] = line_of(found)
+            if found.get("acted") and found["action"] == "park" and not check:
+                found["receipt"] = self.write_receipt(args, found, host_vars, now)
+            if not check:
+                warnings += self.append_history(args, found, host_vars, now)
+            settled[host] = found
+        display.display("\n".join(["autopilot%s" % (" (check mode: nothing acted, nothing recorded)" if check else "")]
+                                   + [d["line"] for d in settled.values()]))
+        for warning in warnings:
+            display.warning("autopilot history: %s" % warning)
+        self.write_report(args, settled, now, check=check)
+        events = [event for d in settled.values() for event in d.get("events") or []]
+        notify = [event for d in settled.values() if d.get("notify") for event in d.get("events") or []]
+        result.update(changed=any(d.get("acted") for d in settled.values()), decisions=settled, events=events,
+                      notify_events=notify, notify_available=self.notify_available(), history_warnings=warnings)
+        return result
+
+    def append_history(self, args, decision, host_vars, now):
+        record_in = host_record(host_vars, "patrol", {"job_status": args["probe_var"]})
+        row = fleet_patrol.patrol_row(decision["host"], record_in)
+        price = host_billing(host_vars)
+        record = fleet_history.history_record(row, "autopilot", now, price.get("price"), price.get("currency"))
+        record["ap"] = autopilot.history_fields(decision)
+        try:
+            fleet_history.append_record(args["history_dir"], record)
+        except fleet_history.HistoryError as exc:
+            return ["history of %r not written: %s" % (decision["host"], exc)]
+        except OSError as exc:
+            raise AnsibleActionFail("cannot write the history to %s: %s. Set a writable history_dir." % (
+                args["history_dir"], to_native(exc.strerror or exc)))
+        return []
+
+    def write_receipt(self, args, decision, host_vars, now):
+        meter = _host_var(host_vars, "trainer_meter_stop") or {}
+        receipt = {"host": decision["host"], "platform": _host_var(host_vars, "trainer_profile"),
+                   "verb": meter.get("verb"), "command": decision.get("command"), "reversible": meter.get("reversible"),
+                   "acted": True, "ok": decision.get("ok"), "reason": decision["reason"], "run_id": decision.get("run"),
+                   "by": "autopilot", "time": datetime.datetime.fromtimestamp(
+                       now, datetime.timezone.utc).isoformat(timespec="seconds")}
+        path = receipt_path(args["report_path"], decision["host"], now)
+        write_file(path, json.dumps(receipt, indent=1, sort_keys=True) + "\n", "park receipt")
+        return path
+
+    def write_report(self, args, decisions, now, check):
+        report = {"title": "autopilot", "kind": "autopilot", "check_mode": check,
+                  "generated_at": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(
+                      timespec="seconds"),
+                  "hosts": [dict(d, host=host) for host, d in sorted(decisions.items())],
+                  "events": [event for d in decisions.values() for event in d.get("events") or []]}
+        write_file(args["report_path"], json.dumps(report, indent=2, sort_keys=True, default=str) + "\n", "report")

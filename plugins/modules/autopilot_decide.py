@@ -1,0 +1,115 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: autopilot_decide
+short_description: Decide, per host, what the autopilot does in this tick, then record what it did
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Runs on the controller (an action plugin), once per tick (C(run_once)), for every host the play targets.
+    C(playbooks/autopilot.yml) calls it twice, with O(phase=decide) after the probe and O(phase=record) after
+    the actions.
+  - V(decide) reads each host's probe result (the variable O(probe_var), registered by
+    M(remote_gpu.trainer.job_status)), its history (C(<history_dir>/<host>.jsonl)), its opt-ins and limits
+    (C(autopilot_heal), C(autopilot_autostop), C(autopilot_notify), C(autopilot_max_restarts),
+    C(autopilot_idle_minutes), C(autopilot_unreachable_minutes)) and its profile's C(trainer_meter_stop), and
+    returns one decision per host in RV(decisions). The rules are the pure functions of
+    C(plugins/module_utils/autopilot.py).
+  - A decision's C(act) names the action to run on the box (V(heal), V(retry_sync) or V(park)); it is set only
+    for a host opted in to it, never in check mode, and for V(park) only when the profile's verb is reversible
+    and runs in the box, with no unresolved C($VAR) placeholder (C(open) is then true).
+  - V(record) settles each decision with the outcome of its action (the variables O(heal_var) and O(park_var)),
+    prints one line per host, appends one record per host to its history (C(kind) V(autopilot), with the
+    decision under C(ap)), writes a receipt for each park into C(<report dir>/receipts/), writes the JSON report
+    O(report_path) and returns the events of the state changes in RV(events), and those of the hosts opted in to
+    C(autopilot_notify) in RV(notify_events).
+  - It never fails the tick because of one host. A bad opt-in or limit is that host's C(config_error), with the
+    variable named.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no decision acts, and nothing is written but the report.
+options:
+  phase:
+    description: V(decide) before the actions, V(record) after them.
+    type: str
+    choices: [decide, record]
+    required: true
+  probe_var:
+    description: The variable that registered each host's M(remote_gpu.trainer.job_status) result.
+    type: str
+    default: autopilot_probe
+  job:
+    description: The job the autopilot watches on every host (launch's C(launch_name)).
+    type: str
+    default: train
+  history_dir:
+    description: The directory of the per-host history files (shared with patrol and preflight).
+    type: path
+    default: reports/history
+  report_path:
+    description: The JSON report of the tick (written by V(record), also in check mode).
+    type: path
+    default: reports/autopilot.json
+  decisions:
+    description: With O(phase=record), RV(decisions) of the V(decide) call of this tick.
+    type: dict
+    default: {}
+  heal_var:
+    description: The variable that registered each host's heal (M(remote_gpu.trainer.detached_job) V(resumed)).
+    type: str
+    default: autopilot_heal_result
+  park_var:
+    description: The variable that registered each host's park (the profile's meter-stop command).
+    type: str
+    default: autopilot_park_result
+"""
+
+EXAMPLES = r"""
+- name: Decide what to do on each host
+  remote_gpu.trainer.autopilot_decide:
+    phase: decide
+  register: autopilot_plan
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+decisions:
+  description:
+    - One decision per host, by host name, with C(action) (none, heal, retry_sync, park, escalate, report),
+      C(wanted) (what it would do when opted in), C(act) (what the playbook runs, or null), C(open), C(state),
+      C(reason), C(item) and C(events).
+  type: dict
+  returned: always
+  sample:
+    lab-01: {action: heal, wanted: heal, act: heal, open: false, state: "gone:001", item: "001",
+             reason: "job train is gone at 1/3 items; item 001 was interrupted ...", events: []}
+events:
+  description: With O(phase=record), the events of every host's state change, C({host, kind, level, text}).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{host: lab-01, kind: healed, level: WARN, text: "lab-01: job train is gone at 1/3 items ..."}]
+notify_events:
+  description: The RV(events) of the hosts opted in to C(autopilot_notify).
+  type: list
+  elements: dict
+  returned: always
+  sample: []
+notify_available:
+  description: Whether the collection's M(remote_gpu.trainer.notify) action is installed.
+  type: bool
+  returned: always
+  sample: true
+"""
