@@ -1,0 +1,236 @@
+"""The autopilot on the lab fleet (issue 11), as a user runs it: launch.yml once, then only
+`ansible-playbook playbooks/autopilot.yml` ticks, with the opt-ins as extra vars.
+
+* A host rebooted mid-item is healed by ticks alone: the queue completes there, the interrupted item ran twice and
+  every other item once (on both hosts).
+* An item that crashes the same way twice is restarted once, then escalated, and never started a third time.
+* A host whose queue is done and verified durable gets exactly one meter-stop after the idle window (seeded
+  history, a 30-minute window, no sleeping), with a receipt; a host with one unsynced file gets none, and the
+  message about it names the file.
+* Five ticks over an unchanged fleet send no message; a new crash sends exactly one. A tick where nothing needs
+  action is one SSH execution per host.
+Messages go to the loopback webhook receiver (tests/lab/providers/webhook_receiver.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import LAB, REPO, SshCounter, needs_root, started_fleet
+from lab_teardown_support import fill_inodes
+from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
+
+sys.path.insert(0, os.path.join(LAB, "providers"))
+from webhook_receiver import WebhookReceiver  # noqa: E402  pylint: disable=wrong-import-position
+
+pytestmark = needs_root
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+FLEET = os.path.join(LAB, "fleet")
+DURABLE_INODES = 300
+SINKS = [{"type": "webhook", "name": "lab", "url_env": "LAB_HOOK_URL"}]
+SHUTDOWN = ["shutdown", "-h", "now"]
+
+
+@pytest.fixture(scope="module")
+def fleet(lab_free, tmp_path_factory):
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "3", "--platform", "lab-03=autodl",
+                       "--region", "lab-03=B", "--durable-inodes", str(DURABLE_INODES)) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    (root / "train.sh").write_text(TRAIN_SH)
+    return root
+
+
+@pytest.fixture
+def hook():
+    receiver = WebhookReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+def tick(fleet, cwd, hook, *args):
+    """One tick, as the README writes it: ``ansible-playbook -i INV playbooks/autopilot.yml ARGS`` from ``cwd``
+    (where reports/ lands) -> (process, the tick's JSON report)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")),
+               LAB_HOOK_URL=(hook.url + "/hook") if hook else "http://127.0.0.1:9/none")
+    env.update(getattr(fleet, "extra_env", {}))
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                           os.path.join(REPO, "playbooks", "autopilot.yml"), *args], capture_output=True, text=True,
+                          env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    report = json.loads((cwd / "reports" / "autopilot.json").read_text())
+    return proc, report
+
+
+def by_host(report):
+    return dict((row["host"], row) for row in report["hosts"])
+
+
+def sent(hook):
+    """Every event the webhook received, in order."""
+    return [event for message in hook.messages("/hook") for event in (message["body"] or {}).get("events") or []]
+
+
+def wait_for(predicate, timeout=90, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError("timed out waiting for %s" % what)
+
+
+def item_runs(fleet, host):
+    return sorted(line.split()[0] for line in runs(fleet, host) if line.strip())
+
+
+def test_a_host_rebooted_mid_item_is_healed_by_ticks_alone(fleet, src, tmp_path, hook):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    flag = "/root/go-heal"
+    # lab-01 runs 000 and 002, lab-02 runs 001 and 003; item 000 waits for a flag, so the reboot hits it mid-item
+    launch(fleet, src, "-l", "lab-01,lab-02", extra={"launch_queue": ["h0 --wait %s" % flag, "h1", "h2", "h3"]})
+    wait_for(lambda: "000" in item_runs(fleet, "lab-01"), what="item 000 to start on lab-01")
+    assert wait_finished(fleet, "lab-02", "train")["exit_code"] == 0
+    subprocess.run([FLEET, "reboot", "lab-01"], env=dict(os.environ, LAB_STATE_DIR=fleet.state), check=True,
+                   capture_output=True)
+    assert read_json(fleet, "lab-01", "~/.trainer/jobs/train/items/000/status.json") is None
+    fleet.ssh("lab-01", "touch %s" % flag)  # the second run of 000 goes through
+
+    opt = ["-l", "lab-01,lab-02", "-e", "autopilot_heal=true autopilot_notify=true",
+           "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    rows = by_host(report)
+    assert (rows["lab-01"]["action"], rows["lab-01"]["item"], rows["lab-01"]["ok"]) == ("heal", "000", True)
+    assert "interrupted" in rows["lab-01"]["reason"]
+    assert rows["lab-02"]["action"] == "none"
+    assert wait_finished(fleet, "lab-01", "train")["exit_code"] == 0
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    assert by_host(report)["lab-01"]["state"] == "done"
+
+    # the queue completed on lab-01; the interrupted item ran twice, every other item once
+    assert item_runs(fleet, "lab-01") == ["000", "000", "002"]
+    assert item_runs(fleet, "lab-02") == ["001", "003"]
+    for item in ("000", "002"):
+        status = read_json(fleet, "lab-01", "~/.trainer/jobs/train/items/%s/status.json" % item)
+        assert status["state"] == "done" and status["unsynced"] == []
+    kinds = [(event["host"], event["kind"]) for event in sent(hook)]
+    assert kinds == [("lab-01", "healed"), ("lab-02", "queue_done"), ("lab-01", "queue_done")]
+    history = [json.loads(line) for line in (laptop / "reports" / "history" / "lab-01.jsonl").read_text().splitlines()]
+    assert [record["ap"]["action"] for record in history] == ["heal", "none"]
+    assert history[0]["ap"]["reason"].startswith("job train is gone at 0/2 items")
+
+
+def test_the_same_crash_twice_is_restarted_once_then_escalated(fleet, src, tmp_path, hook):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    fleet.ssh("lab-02", "rm -f ~/launch-runs.log")
+    launch(fleet, src, "-l", "lab-02", extra={"launch_name": "crashy", "launch_queue": ["c0 --fail"]})
+    assert wait_finished(fleet, "lab-02", "crashy")["exit_code"] != 0
+    opt = ["-l", "lab-02", "-e", "autopilot_job=crashy autopilot_heal=true autopilot_notify=true",
+           "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-02"]
+    assert (row["action"], row["ok"]) == ("heal", True) and "crashed (exit 3; traceback" in row["reason"]
+    wait_for(lambda: item_runs(fleet, "lab-02") == ["000", "000"], what="the second start of 000")
+    wait_for(lambda: (read_json(fleet, "lab-02", "~/.trainer/jobs/crashy/status.json") or {}).get("exit_code") == 1,
+             what="the second crash")
+    for _ in range(2):
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        row = by_host(report)["lab-02"]
+        assert (row["action"], row["state"]) == ("escalate", "escalated:000")
+        assert "crashed twice the same way" in row["reason"]
+    time.sleep(2)
+    assert item_runs(fleet, "lab-02") == ["000", "000"]  # never a third start
+    assert [event["kind"] for event in sent(hook)] == ["healed", "escalated"]
+
+
+def seed_idle_history(laptop, host, now, minutes=40):
+    """Patrol's records of an idle box over the last ``minutes`` (its GPUs at 0 %), as patrol ticks write them."""
+    history = laptop / "reports" / "history"
+    history.mkdir(parents=True, exist_ok=True)
+    with open(history / ("%s.jsonl" % host), "a", encoding="utf-8") as handle:
+        for ago in range(minutes, 0, -5):
+            handle.write(json.dumps({"t": int(now - ago * 60), "v": 1, "kind": "patrol", "host": host,
+                                     "gpu_util": 0.0, "gpu_mem": 0.0}) + "\n")
+
+
+def test_done_and_durable_is_parked_once_and_unsynced_never(fleet, src, tmp_path, hook):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    flag = "/root/go-park"
+    # lab-01 (region A) runs 000; lab-03 (region B) runs 001, which waits while its durable FS is filled up
+    launch(fleet, src, "-l", "lab-01,lab-03", extra={"launch_name": "fin", "launch_queue": ["p0", "p1 --wait %s" % flag]})
+    assert wait_finished(fleet, "lab-01", "fin")["exit_code"] == 0
+    region_b = os.path.join(fleet.state, "regions", "autodl-B")
+    filler = fill_inodes(region_b, DURABLE_INODES)
+    try:
+        fleet.ssh("lab-03", "touch %s" % flag)
+        assert wait_finished(fleet, "lab-03", "fin")["exit_code"] == 1
+        now = time.time()
+        for host in ("lab-01", "lab-03"):
+            seed_idle_history(laptop, host, now)
+        opt = ["-l", "lab-01,lab-03", "-e", "autopilot_job=fin autopilot_autostop=true autopilot_notify=true "
+               "autopilot_idle_minutes=30", "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        rows = by_host(report)
+        assert (rows["lab-01"]["action"], rows["lab-01"]["ok"], rows["lab-01"]["state"]) == ("park", True, "parked")
+        assert "GPUs idle for 3" in rows["lab-01"]["reason"]  # 35 to 40 minutes, from the seeded history
+        assert rows["lab-03"]["action"] == "report" and rows["lab-03"]["wanted"] == "retry_sync"
+        assert "best.pt" in rows["lab-03"]["reason"] and "nothing is stopped" in rows["lab-03"]["reason"]
+        receipt = json.loads(open(rows["lab-01"]["receipt"], encoding="utf-8").read())
+        assert (receipt["host"], receipt["verb"], receipt["command"], receipt["by"]) == (
+            "lab-01", "power_off", SHUTDOWN, "autopilot")
+        events = sent(hook)
+        assert sorted((e["host"], e["kind"]) for e in events) == [("lab-01", "parked"), ("lab-03", "new_fail")]
+        assert "best.pt" in [e for e in events if e["host"] == "lab-03"][0]["text"]
+        for _ in range(2):  # later ticks: nothing more is stopped, nothing more is sent
+            _proc, report = tick(fleet, laptop, hook, *opt)
+            assert by_host(report)["lab-01"]["state"] == "parked" and by_host(report)["lab-01"]["action"] == "none"
+        assert len(sent(hook)) == 2
+        assert [line["argv"] for line in fleet.meter("lab-01")] == [SHUTDOWN]
+        assert fleet.meter("lab-03") == []
+    finally:
+        if filler:
+            shutil.rmtree(filler)
+
+
+def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src, tmp_path, hook):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    flag = "/root/go-steady"
+    launch(fleet, src, "-l", "lab-02", extra={"launch_name": "steady", "launch_queue": ["s0 --wait %s --fail" % flag]})
+    wait_for(lambda: "000" in [line.split()[0] for line in runs(fleet, "lab-02") if "s0" in line],
+             what="the steady item to start")
+    opt = ["-l", "lab-02", "-e", "autopilot_job=steady autopilot_notify=true",
+           "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+    counter = SshCounter(tmp_path)
+    fleet.extra_env = counter.env
+    try:
+        for _ in range(5):
+            _proc, report = tick(fleet, laptop, hook, *opt)
+            assert by_host(report)["lab-02"]["state"] == "running"
+        # nothing needed action: one SSH execution per host and tick (the probe)
+        assert counter.per_host(fleet, ["lab-02"]) == {"lab-02": 5}
+    finally:
+        fleet.extra_env = {}
+    assert sent(hook) == []
+    fleet.ssh("lab-02", "touch %s" % flag)  # the item now crashes
+    assert wait_finished(fleet, "lab-02", "steady")["exit_code"] == 1
+    for _ in range(2):
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        assert by_host(report)["lab-02"]["state"] == "gone:000"
+    events = sent(hook)
+    assert [(e["host"], e["kind"]) for e in events] == [("lab-02", "new_fail")]
+    assert "000 crashed" in events[0]["text"] and "autopilot_heal is off" in events[0]["text"]
