@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -186,7 +187,7 @@ def test_done_and_durable_is_parked_once_and_unsynced_never(fleet, src, tmp_path
         _proc, report = tick(fleet, laptop, hook, *opt)
         rows = by_host(report)
         assert (rows["lab-01"]["action"], rows["lab-01"]["ok"], rows["lab-01"]["state"]) == ("park", True, "parked")
-        assert "GPUs idle for 3" in rows["lab-01"]["reason"]  # 35 to 40 minutes, from the seeded history
+        assert re.search(r"GPUs idle for 4\d min", rows["lab-01"]["reason"])  # from the seeded history
         assert rows["lab-03"]["action"] == "report" and rows["lab-03"]["wanted"] == "retry_sync"
         assert "best.pt" in rows["lab-03"]["reason"] and "nothing is stopped" in rows["lab-03"]["reason"]
         receipt = json.loads(open(rows["lab-01"]["receipt"], encoding="utf-8").read())
