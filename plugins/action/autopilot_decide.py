@@ -138,6 +138,7 @@ class ActionModule(DocumentedAction):
             for warning in sorted(set(w for d in decisions.values() for w in d.pop("history_warnings"))):
                 display.warning("autopilot history: %s" % warning)
             result.update(changed=False, decisions=decisions, events=[], notify_events=[],
+                          acting=sorted(host for host, found in decisions.items() if found["act"]),
                           notify_available=self.notify_available())
             return result
         return self.record(result, args, hostvars, hosts, now, check)
@@ -163,8 +164,12 @@ class ActionModule(DocumentedAction):
         self.write_report(args, settled, now, check=check)
         events = [event for d in settled.values() for event in d.get("events") or []]
         notify = [event for d in settled.values() if d.get("notify") for event in d.get("events") or []]
+        available = self.notify_available()
+        if notify and not available:
+            display.warning("autopilot: %d event(s) not sent: remote_gpu.trainer.notify is not installed; they are in "
+                            "the report %s" % (len(notify), args["report_path"]))
         result.update(changed=any(d.get("acted") for d in settled.values()), decisions=settled, events=events,
-                      notify_events=notify, notify_available=self.notify_available(), history_warnings=warnings)
+                      notify_events=notify, notify_available=available, history_warnings=warnings, acting=[])
         return result
 
     def append_history(self, args, decision, host_vars, now):

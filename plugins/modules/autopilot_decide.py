@@ -107,6 +107,12 @@ notify_events:
   elements: dict
   returned: always
   sample: []
+acting:
+  description: With O(phase=decide), the hosts whose decision acts (C(act) set), sorted.
+  type: list
+  elements: str
+  returned: always
+  sample: [lab-01]
 notify_available:
   description: Whether the collection's M(remote_gpu.trainer.notify) action is installed.
   type: bool
