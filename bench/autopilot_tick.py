@@ -73,8 +73,8 @@ def main():
         print("  ratio autopilot/patrol %.2f  (target <= 1.1)" % (ours_s / patrol_s))
         print("  ssh executions per host per tick: patrol %s, autopilot %s (target exactly 1)" % (
             sorted(counts["patrol"]), sorted(counts["autopilot"])))
-        print("  all runs: patrol %s s, autopilot %s s" % (" ".join("%.2f" % t for t in times["patrol"]),
-                                                          " ".join("%.2f" % t for t in times["autopilot"])))
+        print("  all runs: patrol %s s, autopilot %s s" % (
+            " ".join("%.2f" % t for t in times["patrol"]), " ".join("%.2f" % t for t in times["autopilot"])))
         return 0 if counts["autopilot"] == {1} and actions == ["none"] else 1
 
 

@@ -157,8 +157,8 @@ class ActionModule(DocumentedAction):
             if not check:
                 warnings += self.append_history(args, found, host_vars, now)
             settled[host] = found
-        display.display("\n".join(["autopilot%s" % (" (check mode: nothing acted, nothing recorded)" if check else "")]
-                                   + [d["line"] for d in settled.values()]))
+        title = "autopilot%s" % (" (check mode: nothing acted, nothing recorded)" if check else "")
+        display.display("\n".join([title] + [d["line"] for d in settled.values()]))
         for warning in warnings:
             display.warning("autopilot history: %s" % warning)
         self.write_report(args, settled, now, check=check)

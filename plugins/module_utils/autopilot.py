@@ -345,9 +345,9 @@ def decide(host, result, history, settings, meter_stop=None, now=0, job_name="tr
         since = unreachable_since(history, now)
         minutes = (now - since) / 60.0
         if minutes >= settings["unreachable_minutes"]:
-            found = _decision("unreachable_escalated", "escalate", "unreachable for %d min (autopilot_unreachable_"
-                              "minutes %d): %s. Last error: %s" % (int(minutes), settings["unreachable_minutes"],
-                                                                    CONSOLE_HINT, error))
+            found = _decision("unreachable_escalated", "escalate",
+                              "unreachable for %d min (autopilot_unreachable_minutes %d): %s. Last error: %s" % (
+                                  int(minutes), settings["unreachable_minutes"], CONSOLE_HINT, error))
         else:
             found = _decision("unreachable", "none", "unreachable (%s); nothing is healed or stopped" % error)
     elif error:

@@ -95,7 +95,7 @@ options:
       - V(restarted) stops the job if it is running, then starts it.
       - V(resumed) starts the job's recorded wrapper again (the one C(job.meta.json) names; the meta must be the
         job's own, see the notes), detached as it was started (tmux, else nohup), unless the job runs or has
-        finished with exit code 0. O(command), O(env_files) and O(env) are not needed: the wrapper holds them.
+        finished with exit code 0. O(command), O(env_files) and O(env) are not needed, the wrapper holds them.
         For a queue that launch started, the wrapper runs its queue runner, which skips the finished items and
         retries only the sync of an item that trained, so the queue resumes at its first unfinished item (what
         launch's onstart hook and the autopilot's heal do).
