@@ -111,6 +111,15 @@ def test_a_host_rebooted_mid_item_is_healed_by_ticks_alone(fleet, src, tmp_path,
 
     opt = ["-l", "lab-01,lab-02", "-e", "autopilot_heal=true autopilot_notify=true",
            "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+    # --check prints the decision and acts on nothing: no restart, no history, no message
+    proc, report = tick(fleet, laptop, hook, *opt, "--check")
+    row = by_host(report)["lab-01"]
+    assert report["check_mode"] and (row["action"], row["acted"]) == ("heal", False)
+    assert "lab-01: gone:000, heal: job train is gone at 0/2 items" in proc.stdout
+    assert not (laptop / "reports" / "history").exists() and sent(hook) == []
+    time.sleep(1)
+    assert item_runs(fleet, "lab-01") == ["000"]
+
     _proc, report = tick(fleet, laptop, hook, *opt)
     rows = by_host(report)
     assert (rows["lab-01"]["action"], rows["lab-01"]["item"], rows["lab-01"]["ok"]) == ("heal", "000", True)
@@ -235,3 +244,25 @@ def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src
     events = sent(hook)
     assert [(e["host"], e["kind"]) for e in events] == [("lab-02", "new_fail")]
     assert "000 crashed" in events[0]["text"] and "autopilot_heal is off" in events[0]["text"]
+
+
+def test_a_vanished_host_is_reported_once_and_recovers(fleet, tmp_path, hook):
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    opt = ["-l", "lab-03", "-e", "autopilot_job=nothing autopilot_notify=true ansible_timeout=5",
+           "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+    state_env = dict(os.environ, LAB_STATE_DIR=fleet.state)
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    assert by_host(report)["lab-03"]["state"] == "idle"
+    subprocess.run([FLEET, "vanish", "lab-03"], env=state_env, check=True, capture_output=True)
+    try:
+        for _ in range(2):
+            _proc, report = tick(fleet, laptop, hook, *opt)
+            row = by_host(report)["lab-03"]
+            assert (row["state"], row["action"]) == ("unreachable", "none")
+            assert "nothing is healed or stopped" in row["reason"]
+    finally:
+        subprocess.run([FLEET, "revive", "lab-03"], env=state_env, check=True, capture_output=True)
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    assert by_host(report)["lab-03"]["state"] == "idle"
+    assert [(e["host"], e["kind"]) for e in sent(hook)] == [("lab-03", "unreachable"), ("lab-03", "recovered")]
