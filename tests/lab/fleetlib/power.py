@@ -62,9 +62,11 @@ def members(init_pid: int) -> list:
 
 
 def _sshd_sessions(init_pid: int) -> list:
-    """The sshd session processes (children of PID 1 named sshd): one per open SSH connection."""
+    """The sshd session processes (children of PID 1 named sshd, not zombies: a stopped PID 1 reaps none)."""
     found = []
     for pid in st.children(init_pid):
+        if st.start_time(pid) is None:
+            continue
         try:
             with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
                 if fh.read().strip().startswith("sshd"):

@@ -254,7 +254,8 @@ def test_a_vanished_host_is_reported_once_and_recovers(fleet, tmp_path, hook):
     state_env = dict(os.environ, LAB_STATE_DIR=fleet.state)
     _proc, report = tick(fleet, laptop, hook, *opt)
     assert by_host(report)["lab-03"]["state"] == "idle"
-    subprocess.run([FLEET, "vanish", "lab-03"], env=state_env, check=True, capture_output=True)
+    vanish = subprocess.run([FLEET, "vanish", "lab-03"], env=state_env, capture_output=True, text=True)
+    assert vanish.returncode == 0, vanish.stderr
     try:
         for _ in range(2):
             _proc, report = tick(fleet, laptop, hook, *opt)
