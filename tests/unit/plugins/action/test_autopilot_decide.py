@@ -1,0 +1,90 @@
+"""The autopilot_decide action without a play: decide for every host of the play from its hostvars, act only
+where opted in and never in check mode, refuse a park whose command holds a $VAR, name a bad opt-in, then record
+the outcome of what ran (history, receipt, report, the events of the hosts opted in to notify)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide import ActionModule, outcome_of
+
+from controller_actions import run_action
+
+AUTODL = {"verb": "power_off", "how": "power off", "command": ["shutdown", "-h", "now"], "reversible": True}
+JOB = {"name": "train", "exists": True, "alive": False, "run_id": "train", "queue_items": ["000", "001"],
+       "items": [{"item": "000", "state": "done", "exit_code": 0, "finished": "t", "sync_dest": "/fs/000",
+                  "synced": 2, "unsynced": []}], "items_done": 1, "items_total": 2, "crash_markers": [],
+       "earlier_crashes": [], "current_item": "001", "last_exit_code": None}
+PROBE = {"jobs": [JOB], "gpus": [], "findings": [], "status": "FAIL"}
+
+
+def host(**extra):
+    found = {"autopilot_probe": PROBE, "trainer_meter_stop": AUTODL, "trainer_profile": "autodl"}
+    found.update(extra)
+    return found
+
+
+def play(hostvars, tmp_path):
+    return {"hostvars": hostvars, "ansible_play_hosts_all": sorted(hostvars)}
+
+
+def args(tmp_path, **extra):
+    found = {"history_dir": str(tmp_path / "history"), "report_path": str(tmp_path / "autopilot.json")}
+    found.update(extra)
+    return found
+
+
+def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
+    hostvars = {"a": host(autopilot_heal=True, autopilot_notify=True), "b": host(), "c": host(autopilot_heal="often")}
+    result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
+    decisions = result["decisions"]
+    assert (decisions["a"]["act"], decisions["a"]["item"]) == ("heal", "001")
+    assert (decisions["b"]["act"], decisions["b"]["action"], decisions["b"]["wanted"]) == (None, "report", "heal")
+    assert decisions["c"]["state"] == "fail:config_error" and "autopilot_heal must be" in decisions["c"]["reason"]
+    assert result["acting"] == ["a"]
+    check = run_action(ActionModule, args(tmp_path, phase="decide"), check_mode=True,
+                       task_vars=play(hostvars, tmp_path))
+    assert check["acting"] == [] and check["decisions"]["a"]["action"] == "heal"
+
+    # the record: a's heal ran; b and c only reported; events of the opted-in host only are to be sent
+    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "msg": "resumed train under tmux, pid 7"}
+    record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
+                        task_vars=play(hostvars, tmp_path))
+    assert record["decisions"]["a"]["state"] == "healed:001" and record["decisions"]["a"]["ok"] is True
+    assert [(e["host"], e["kind"]) for e in record["events"]] == [("a", "healed"), ("b", "new_fail"),
+                                                                   ("c", "new_fail")]
+    assert [e["host"] for e in record["notify_events"]] == ["a"]
+    lines = (tmp_path / "history" / "a.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["ap"]["action"] == "heal" and json.loads(lines[-1])["kind"] == "autopilot"
+    report = json.loads((tmp_path / "autopilot.json").read_text())
+    assert [row["host"] for row in report["hosts"]] == ["a", "b", "c"] and not report["check_mode"]
+
+
+def test_a_park_command_with_a_placeholder_is_never_opened(tmp_path):
+    done = dict(JOB, items=[dict(JOB["items"][0]), dict(JOB["items"][0], item="001")], items_done=2)
+    idle = {"jobs": [done], "gpus": [{"utilization_pct": 0}], "findings": []}
+    history = tmp_path / "history"
+    history.mkdir()
+    now = int(time.time())
+    (history / "p.jsonl").write_text("".join(json.dumps({"t": now - 60 * m, "host": "p", "gpu_util": 0.0}) + "\n"
+                                             for m in (50, 40, 30)))
+    hostvars = {"p": host(autopilot_probe=idle, autopilot_autostop=True,
+                          trainer_meter_stop=dict(AUTODL, command=["vastai", "stop", "instance", "$CONTAINER_ID"]))}
+    result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
+    decision = result["decisions"]["p"]
+    assert (decision["action"], decision["act"], decision["open"]) == ("escalate", None, False)
+    assert "$CONTAINER_ID" in decision["reason"]
+
+
+def test_the_outcome_of_a_park_or_heal():
+    park = {"act": "park", "command": ["shutdown", "-h", "now"]}
+    names = {"park_var": "p", "heal_var": "h"}
+    assert outcome_of(park, {"p": {"rc": 0}}, names)["ok"] is True
+    assert outcome_of(park, {"p": {"unreachable": True}}, names)["ok"] is True  # the box went down as asked
+    assert outcome_of(park, {"p": {"rc": 1, "stderr": "denied"}}, names) == {
+        "ok": False, "msg": "shutdown -h now: rc 1: denied"}
+    assert outcome_of({"act": "heal"}, {}, names)["ok"] is False
+    assert outcome_of({"act": "heal"}, {"h": {"failed": True, "msg": "disk full"}}, names) == {
+        "ok": False, "msg": "disk full"}
+    assert outcome_of({"act": None}, {}, names) is None
