@@ -52,8 +52,8 @@ def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
     record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
                         task_vars=play(hostvars, tmp_path))
     assert record["decisions"]["a"]["state"] == "healed:001" and record["decisions"]["a"]["ok"] is True
-    assert [(e["host"], e["kind"]) for e in record["events"]] == [("a", "healed"), ("b", "new_fail"),
-                                                                   ("c", "new_fail")]
+    kinds = [(e["host"], e["kind"]) for e in record["events"]]
+    assert kinds == [("a", "healed"), ("b", "new_fail"), ("c", "new_fail")]
     assert [e["host"] for e in record["notify_events"]] == ["a"]
     lines = (tmp_path / "history" / "a.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["ap"]["action"] == "heal" and json.loads(lines[-1])["kind"] == "autopilot"
