@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
@@ -40,6 +41,17 @@ def spec_options(argument_specs):
 def profile_values(variables):
     """The ``trainer_*`` variables of one host, from all its variables."""
     return dict((name, value) for name, value in variables.items() if name.startswith(PREFIX))
+
+
+def has_template(value):
+    """Whether ``value`` (a string, or a list or dict of them, nested) holds Jinja syntax that templating changes."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value or "{#" in value
+    if isinstance(value, Mapping):
+        return any(has_template(key) or has_template(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_template(item) for item in value)
+    return False
 
 
 def profile_key(values):
