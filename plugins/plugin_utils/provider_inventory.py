@@ -90,6 +90,8 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             if host["state"] == "stopped" and not include_stopped:
                 continue
             hostvars = dict(host["hostvars"])
+            # the API this host came from, so that teardown's instance module talks to the same one (a proxy, the fake)
+            hostvars["provider_api_url"] = self.get_option("api_url") or self.DEFAULT_URL
             if not self._keep(host["name"], hostvars, filters):
                 continue
             name = host["name"]

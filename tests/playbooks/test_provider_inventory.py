@@ -94,7 +94,7 @@ def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
     assert hv == {"ansible_host": "198.51.100.2", "ansible_port": 10342, "provider": "runpod",
                   "provider_id": "fakepod0002", "provider_status": "RUNNING", "gpu_type": "H100 80GB HBM3",
                   "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52, "interruptible": True,
-                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002"}
+                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002", "provider_api_url": fake.url}
     assert record["portMappings"] == {"22": 10342} and "env" not in record
     starting = data["_meta"]["hostvars"]["train-3"]
     assert "ansible_host" not in starting and starting["provider_status"] == "RUNNING"
@@ -183,7 +183,7 @@ def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
     assert hv == {"ansible_host": "ssh4.vast.ai", "ansible_port": 31002, "provider": "vastai", "provider_id": "9000002",
                   "provider_status": "running", "gpu_type": "RTX_4090", "gpu_count": 4, "region": "Norway, NO",
                   "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
-                  "vastai_instance_id": "9000002"}
+                  "vastai_instance_id": "9000002", "provider_api_url": fake.url}
     assert record["ssh_port"] == 31002 and "extra_env" not in record and "jupyter_token" not in record
     assert "fake-env-secret" not in proc.stdout and "fake-jupyter-token" not in proc.stdout
     assert "9000003" in proc.stderr and "'starting'" in proc.stderr
@@ -227,7 +227,7 @@ def test_lambda_list_exact_hostvars_booting_and_terminated(tmp_path, serve):
     assert hv == {"ansible_host": "198.51.100.22", "ansible_port": 22, "provider": "lambda",
                   "provider_id": records[1]["id"], "provider_status": "active", "gpu_type": "H100 (80 GB SXM5)",
                   "gpu_count": 8, "region": "us-west-1", "price_per_hour": 23.92, "interruptible": False,
-                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"]}
+                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"], "provider_api_url": fake.url}
     assert record["instance_type"]["price_cents_per_hour"] == 2392 and "jupyter_token" not in record
     assert "fake-jupyter-token" not in proc.stdout
     assert records[2]["id"] in proc.stderr and "'starting'" in proc.stderr
