@@ -14,7 +14,8 @@ Each ``<provider>_host(record)`` returns a dict:
 - ``hostvars``: the same keys for every provider (``provider``, ``provider_id``, ``provider_status``, ``gpu_type``,
   ``gpu_count``, ``region``, ``price_per_hour``, ``interruptible``) plus ``trainer_price_per_hour`` for the
   billing checks, the id under the name that the profile's teardown verb reads (``runpod_pod_id``,
-  ``vastai_instance_id``, ``lambda_instance_id``, ``autodl_instance_uuid``), and a curated copy of the provider's record under ``<provider>`` for ``compose``/``keyed_groups``.
+  ``vastai_instance_id``, ``lambda_instance_id``, ``autodl_instance_uuid``), and a curated copy of the provider's
+  record under ``<provider>`` for ``compose``/``keyed_groups``.
 
 A record that is not an object, or has no id, raises ``ValueError`` with a clear message.
 """

@@ -8,7 +8,8 @@ instance module).
 Standard library only (urllib). What it guarantees:
 
 - the API key comes from the option or the provider's environment variable, is sent only in the Authorization
-  header (``Bearer <key>``, or the bare key where the provider wants that: AutoDL), and is scrubbed from every message this module raises (``ProviderAPIError``), at any verbosity;
+  header (``Bearer <key>``, or the bare key where the provider wants that: AutoDL), and is scrubbed from every
+  message this module raises (``ProviderAPIError``), at any verbosity;
 - 401/403 give a message that names the environment variable to set;
 - 429, 5xx, timeouts and refused connections are retried with exponential backoff (``Retry-After`` honoured,
   capped) within a bounded total time, then fail;

@@ -5,8 +5,8 @@
 """What the providers' inventory plugins share: config, cache, errors, groups, Constructable, filters.
 
 A plugin subclasses ``ProviderInventory`` and sets ``NAME``, ``PROVIDER`` (also the group and the profile name),
-``ENV_VAR``, ``DEFAULT_URL``, optionally ``AUTH_SCHEME`` (None: the bare key) and ``FILE_SUFFIX``, ``to_host`` (a pure function from provider_hosts) and ``fetch(client)`` (the raw
-records, every page, or ProviderAPIError).
+``ENV_VAR``, ``DEFAULT_URL``, optionally ``AUTH_SCHEME`` (None: the bare key) and ``FILE_SUFFIX``, ``to_host`` (a
+pure function from provider_hosts) and ``fetch(client)`` (the raw records, every page, or ProviderAPIError).
 """
 
 from __future__ import annotations

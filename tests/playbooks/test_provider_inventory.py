@@ -49,8 +49,8 @@ def serve():
 
 def write_config(tmp_path, provider, fake, extra="", name=None):
     path = tmp_path / (name or "%s.yml" % PLUGIN[provider])
-    path.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\nretry_budget: 3\n%s" % (PLUGIN[provider], fake.url,
-                                                                                        extra))
+    text = "plugin: remote_gpu.trainer.%s\napi_url: %s\nretry_budget: 3\n%s" % (PLUGIN[provider], fake.url, extra)
+    path.write_text(text)
     return path
 
 
