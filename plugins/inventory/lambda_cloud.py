@@ -15,6 +15,8 @@ description:
     C(ip), port 22. The SSH user C(ubuntu) comes from C(group_vars/lambda.yml), as for a static inventory.
   - An instance that Lambda reports as C(booting), or active without an IP yet, goes into the group C(starting), with
     no address, and a warning. C(terminating) and C(terminated) instances are left out (see O(include_stopped)).
+  - The first of the instance's C(file_system_names) becomes C(lambda_nfs_name), so the profile's durable directory
+    is C(/lambda/nfs/<name>), where Lambda mounts it.
   - C(price_per_hour) is the instance type's C(price_cents_per_hour) / 100 (USD); Lambda has no spot market, so
     C(interruptible) is always false.
   - The API key comes from O(api_key) or the environment variable E(LAMBDA_API_KEY), sent as a bearer token.

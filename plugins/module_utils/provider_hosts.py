@@ -204,15 +204,20 @@ def lambda_host(instance):
         state = "starting"
     cents = _num(itype.get("price_cents_per_hour"))
     price = round(cents / 100.0, 4) if cents is not None else None
+    hostvars = dict(_common("lambda", pid, status or None, itype.get("gpu_description") or itype.get("description")
+                            or itype.get("name"), _num(specs.get("gpus"), int), region.get("name"), price, False,
+                            curated(instance, LAMBDA_KEEP)), lambda_instance_id=pid)
+    filesystems = instance.get("file_system_names")
+    if isinstance(filesystems, list) and filesystems and isinstance(filesystems[0], str) and filesystems[0]:
+        # Lambda mounts a filesystem at /lambda/nfs/<name>: the profile's durable dir (group_vars/lambda.yml)
+        hostvars["lambda_nfs_name"] = filesystems[0]
     return {
         "id": pid,
         "name": _clean_name(instance.get("name")) or "lambda-" + _clean_name(pid),
         "state": state,
         "address": ip if state == "ready" else None,
         "port": 22 if state == "ready" else None,
-        "hostvars": dict(_common("lambda", pid, status or None, itype.get("gpu_description") or itype.get("description")
-                                 or itype.get("name"), _num(specs.get("gpus"), int), region.get("name"), price,
-                                 False, curated(instance, LAMBDA_KEEP)), lambda_instance_id=pid),
+        "hostvars": hostvars,
     }
 
 

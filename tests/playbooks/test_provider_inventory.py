@@ -227,7 +227,8 @@ def test_lambda_list_exact_hostvars_booting_and_terminated(tmp_path, serve):
     assert hv == {"ansible_host": "198.51.100.22", "ansible_port": 22, "provider": "lambda",
                   "provider_id": records[1]["id"], "provider_status": "active", "gpu_type": "H100 (80 GB SXM5)",
                   "gpu_count": 8, "region": "us-west-1", "price_per_hour": 23.92, "interruptible": False,
-                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"], "provider_api_url": fake.url}
+                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"], "provider_api_url": fake.url,
+                  "lambda_nfs_name": "lab-nfs"}
     assert record["instance_type"]["price_cents_per_hour"] == 2392 and "jupyter_token" not in record
     assert "fake-jupyter-token" not in proc.stdout
     assert records[2]["id"] in proc.stderr and "'starting'" in proc.stderr

@@ -122,7 +122,7 @@ def vastai_instance(index, host, port, direct=True, status="running", label=None
 
 
 def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_pcie",
-                    gpu="H100 (80 GB PCIe)", gpus=1, cents=249, region="us-east-1"):
+                    gpu="H100 (80 GB PCIe)", gpus=1, cents=249, region="us-east-1", filesystem="lab-nfs"):
     """One item of Lambda Cloud ``GET /api/v1/instances`` (``{"data": [...]}``; Lambda's Instance schema)."""
     return {
         "id": "0920582c7ff041399e34823a0be%05d" % index,
@@ -131,7 +131,7 @@ def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_
         "private_ip": "10.19.60.%d" % (index % 250 + 1),
         "status": status,
         "ssh_key_names": ["lab-key"],
-        "file_system_names": ["lab-nfs"],
+        "file_system_names": [filesystem] if filesystem else [],
         "region": {"name": region, "description": "Fake region %s" % region},
         "instance_type": {
             "name": itype,

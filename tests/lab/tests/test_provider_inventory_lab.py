@@ -23,22 +23,24 @@ _spec.loader.exec_module(fake_api)
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "4", "--platform", "lab-01=runpod",
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "6", "--platform", "lab-01=runpod",
                        "--platform", "lab-02=runpod", "--platform", "lab-03=vastai",
-                       "--platform", "lab-04=vastai") as lab:
+                       "--platform", "lab-04=vastai", "--platform", "lab-05=lambda",
+                       "--platform", "lab-06=autodl") as lab:
         yield lab
 
 
-def user_inventory(fleet, tmp_path, provider, url):
-    """What a user writes: the plugin file, and the SSH settings in the inventory's group_vars/all.yml."""
+def user_inventory(fleet, tmp_path, plugin, url):
+    """What a user writes: the plugin file (<plugin>.yml), and the SSH settings in the inventory's
+    group_vars/all.yml (the profile's group_vars set the user where the platform fixes it: Lambda's ubuntu)."""
     allvars = fleet.inventory["all"]["vars"]
     common = " ".join(fleet.common)  # the fleet's -o pairs, without its ControlPath
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text(json.dumps({
         "ansible_user": "root", "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
         "ansible_ssh_common_args": common, "preflight_check_torch": False}))
-    config = tmp_path / ("%s.yml" % provider)
-    config.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\n" % (provider, url))
+    config = tmp_path / ("%s.yml" % plugin)
+    config.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\n" % (plugin, url))
     return config
 
 
@@ -91,6 +93,40 @@ def test_vastai_yml_preflight_limit_vastai_direct_and_proxy(fleet, tmp_path):
     assert sorted(rows) == ["lab-03", "lab-04"]
     assert all(row["verdict"] == "PASS" and row["platform"] == "vastai" for row in rows.values()), rows
     assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+
+
+def test_lambda_cloud_yml_preflight_limit_lambda(fleet, tmp_path):
+    """Lambda: ip:22, user ubuntu from group_vars/lambda.yml, the filesystem's name gives the durable dir."""
+    instance = fake_api.lambda_instance(5, address(fleet, "lab-05")[0], name="lab-05", filesystem="lab")
+    fake = fake_api.FakeAPI("lambda", KEY, [instance, fake_api.lambda_instance(7, None, status="booting")]).start()
+    try:
+        config = user_inventory(fleet, tmp_path, "lambda_cloud", fake.url)
+        proc, rows, report = preflight(config, tmp_path, "LAMBDA_API_KEY", "-l", "lambda", "-vvv")
+    finally:
+        fake.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert sorted(rows) == ["lab-05"]
+    assert rows["lab-05"]["verdict"] == "PASS" and rows["lab-05"]["platform"] == "lambda", rows
+    assert "'starting'" in proc.stderr
+    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+
+
+def test_autodl_yml_preflight_limit_autodl(fleet, tmp_path):
+    """AutoDL Pro: the list, then the snapshot's proxy_host:ssh_port; the token goes bare in Authorization."""
+    instance = fake_api.autodl_instance(6, *address(fleet, "lab-06"))
+    fake = fake_api.FakeAPI("autodl", KEY, [instance]).start()
+    try:
+        config = user_inventory(fleet, tmp_path, "autodl", fake.url)
+        proc, rows, report = preflight(config, tmp_path, "AUTODL_TOKEN", "-l", "autodl", "-vvv")
+    finally:
+        fake.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert sorted(rows) == ["autodl-pro-fake0000006"]
+    row = rows["autodl-pro-fake0000006"]
+    assert row["verdict"] == "PASS" and row["platform"] == "autodl", rows
+    assert all(r["auth_ok"] for r in fake.api_requests()) and len(fake.api_requests()) == 2
+    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+    assert "fake-root-password" not in proc.stdout + proc.stderr + report
 
 
 # --- teardown through the provider's API, on an inventory made only by the plugin ---------------------------------
