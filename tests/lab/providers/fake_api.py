@@ -30,6 +30,7 @@ By hand: ``python3 fake_api.py vastai --key K --hosts 127.0.10.2:22,127.0.10.3:2
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import threading
 import time
@@ -276,11 +277,17 @@ class FakeAPI:
         return None
 
     def lifecycle(self, record, verb):
-        if self.on_lifecycle is not None:
-            try:
-                self.on_lifecycle(record, verb, self.provider)
-            except TypeError:
-                self.on_lifecycle(record, verb)
+        hook = self.on_lifecycle
+        if hook is None:
+            return
+        try:
+            takes_provider = len(inspect.signature(hook).parameters) >= 3
+        except (TypeError, ValueError):
+            takes_provider = False
+        if takes_provider:
+            hook(record, verb, self.provider)
+        else:  # on_lifecycle(instance_record, verb)
+            hook(record, verb)
 
     # the API answers: (status, body object)
     def answer(self, path, query, method="GET", body=None):
