@@ -102,7 +102,7 @@ def extra_problems(params):
     cap, meter = params["trainer_inode_cap"], params["trainer_meter_stop"]
     if not (cap == "unknown" or (_is_integer(cap) and cap > 0)) \
             or not _absolute(params["trainer_data_dir"]) or not _absolute(params["trainer_durable_dir"]) \
-            or not (meter["verb"] == "manual" or meter["command"] or meter["api"]):
+            or not (meter["verb"] == "manual" or meter["command"] or (meter["api"] or {}).get("provider")):
         problems.append(
             " has a wrongly typed value: trainer_inode_cap must be a positive integer or 'unknown' (got %s), "
             "trainer_data_dir and trainer_durable_dir absolute paths (got %s, %s), and trainer_meter_stop needs a "
