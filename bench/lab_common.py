@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import collections
 import concurrent.futures
 import contextlib
+import io
 import os
 import pathlib
 import re
+import resource
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 
 import yaml
 
@@ -101,6 +105,38 @@ def timed(func):
     start = time.perf_counter()
     value = func()
     return time.perf_counter() - start, value
+
+
+def cpu_timed(func):
+    """(wall seconds, controller CPU seconds, value) of ``func``: the CPU is the user plus system time of every
+    child process that ended during the call (an ``ansible-playbook`` run and its whole tree: forks, ssh), from the
+    kernel's rusage, not from wall time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    value = func()
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), value
+
+
+def ansiballz_payload(module, args=""):
+    """What Ansible sends a host to run ``module`` once: {bytes: the AnsiballZ file, ours: {file: bytes} of the
+    collection's own files inside it (uncompressed)}. The module runs once on localhost with
+    ANSIBLE_KEEP_REMOTE_FILES, so the payload measured is the one Ansible really built."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_KEEP_REMOTE_FILES="1",
+                   ANSIBLE_REMOTE_TMP=tmp, ANSIBLE_DEPRECATION_WARNINGS="0")
+        subprocess.run([str(VENV_BIN / "ansible"), "localhost", "-c", "local", "-m", module, "-a", args], env=env,
+                       capture_output=True, check=False)
+        files = list(pathlib.Path(tmp).glob("*/AnsiballZ_*.py"))
+        if not files:
+            raise SystemExit("no AnsiballZ payload was kept for %s" % module)
+        text = files[0].read_text()
+    data = re.search(r"zip_data='([^']*)'", text) or re.search(r'ZIPDATA = """(.*?)"""', text, re.S)
+    archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(data.group(1))))
+    ours = dict((info.filename.rsplit("/", 1)[-1], info.file_size) for info in archive.infolist()
+                if "/remote_gpu/" in info.filename and info.file_size)
+    return {"bytes": len(text.encode()), "ours": ours}
 
 
 def close_masters(state):

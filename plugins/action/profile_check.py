@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
 from ansible_collections.remote_gpu.trainer.plugins.modules.profile_check import DOCUMENTATION as MODULE_DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import SAFE_LOADER, DocumentedAction
 
 # The role's schema: the single source of truth for the profile's keys and types (ansible-doc -t role shows it).
 SPEC_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -26,7 +26,7 @@ def load_spec(path=SPEC_PATH):
     """The schema's options from the role's argument_specs.yml; AnsibleActionFail when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return profile_check.spec_options(yaml.safe_load(handle))
+            return profile_check.spec_options(yaml.load(handle, Loader=SAFE_LOADER))
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise AnsibleActionFail("cannot read the profile schema %s: %s" % (path, exc)) from exc
 
@@ -44,6 +44,9 @@ class ActionModule(DocumentedAction):
         templar = self._templar.copy_with_new_env(available_variables=variables)
         values, errors = {}, {}
         for key, value in raw.items():
+            if not profile_check.has_template(value):  # most values are plain: templating them costs per host
+                values[key] = value
+                continue
             try:
                 values[key] = templar.template(value)
             except AnsibleError as exc:

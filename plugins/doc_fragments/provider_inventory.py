@@ -2,7 +2,7 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Options shared by the providers' inventory plugins (runpod, vastai)."""
+"""Options shared by the providers' inventory plugins (runpod, vastai, lambda_cloud, autodl)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ notes:
     C(unparsed_is_failed = True) in the C([inventory]) section of C(ansible.cfg) to stop a playbook run on it.
   - Hostvars, the same for every provider, are C(provider), C(provider_id), C(provider_status), C(gpu_type),
     C(gpu_count), C(region), C(price_per_hour), C(interruptible), C(trainer_price_per_hour) (for the idle billing
-    check), the id under the name that the profile's teardown verb reads (C(runpod_pod_id), C(vastai_instance_id)),
-    plus a curated copy of the provider's record under the provider's name (environment variables and tokens are
-    left out).
+    check), the id under the name that the profile's teardown verb reads (C(runpod_pod_id), C(vastai_instance_id),
+    C(lambda_instance_id), C(autodl_instance_uuid)), C(provider_api_url) (the O(api_url) the host came from, which
+    teardown's M(remote_gpu.trainer.instance) uses too), plus a curated copy of the provider's record under the
+    provider's name (environment variables, passwords and tokens are left out).
 """

@@ -12,23 +12,19 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import time
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError, read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
     DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     NvidiaSmiParseError, SmiError, parse_rows, query_args, rejected_field, run_smi)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS, classify_error, parse_full
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS, parse_full
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_errors import classify_error
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 
 SAMPLE_COUNT = 5
 MAX_SAMPLE_SECONDS = 600
-MAX_KERNEL_LOG_BYTES = 16 * 1024 * 1024  # only the tail of a bigger file is read: the newest Xid events
-KILL_GRACE_SECONDS = 2
-JOURNALCTL_ARGS = ["-k", "-b", "--no-pager", "-q", "-o", "short-iso"]
 MAX_XID_EVENTS = 200
 
 
@@ -81,61 +77,6 @@ def take_samples(smi, timeout, seconds, options):
         except NvidiaSmiParseError:
             return samples, number, []
     return samples, count, []
-
-
-def read_log_file(path):
-    """-> (text of the last MAX_KERNEL_LOG_BYTES of a regular file, None) or (None, why it is unreadable).
-
-    Opened non-blocking (a FIFO cannot hang the open) and checked on the open descriptor; anything but a regular
-    file is a wrong parameter (GpuHealthError)."""
-    if not path.strip():
-        raise GpuHealthError("kernel_log is empty: give auto or the path of a kernel log file")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except (IOError, OSError) as exc:
-        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise GpuHealthError("kernel_log %s is a %s, not a regular file: give auto or the path of a kernel log "
-                                 "file" % (path, file_kind(info.st_mode)))
-        if info.st_size > MAX_KERNEL_LOG_BYTES:
-            os.lseek(fd, info.st_size - MAX_KERNEL_LOG_BYTES, os.SEEK_SET)
-        chunks, left = [], MAX_KERNEL_LOG_BYTES
-        while left > 0:
-            chunk = os.read(fd, min(left, 1024 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace"), None
-    except (IOError, OSError) as exc:
-        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
-    finally:
-        os.close(fd)
-
-
-def read_kernel_log(module, source, timeout):
-    """-> (text or None, reason it is unreadable)."""
-    if source != "auto":
-        return read_log_file(source)
-    reasons = []
-    # journalctl may answer with nothing (no kernel messages in a container's journal): then ask dmesg, whose
-    # success means the kernel ring buffer was read, even if it holds no line.
-    candidates = (("journalctl", JOURNALCTL_ARGS, False), ("dmesg", [], True))
-    for name, args, empty_ok in candidates:
-        path = module.get_bin_path(name)
-        if not path:
-            reasons.append("%s not installed" % name)
-            continue
-        rc, out, err = run_with_timeout([path] + args, timeout, grace=KILL_GRACE_SECONDS)
-        if rc is None:
-            reasons.append("%s timed out" % name)
-            continue
-        if rc == 0 and (out.strip() or empty_ok):
-            return out, None
-        reasons.append("%s: %s" % (name, (err.strip().splitlines() or ["exit %d, no output" % rc])[-1]))
-    return None, "; ".join(reasons)
 
 
 # gpu_health's options but fail_on (also preflight_probe's gpu suboptions)
@@ -222,7 +163,10 @@ def check_gpus(module, params):
 
     smi = find_nvidia_smi(module, params)
     # a kernel_log that is not a regular file is a wrong parameter: refused before nvidia-smi runs
-    log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
+    try:
+        log_text, unreadable = read_kernel_log(module, params["kernel_log"], timeout)
+    except KernelLogError as exc:
+        raise GpuHealthError(str(exc))
     if smi is None:
         findings.append(driver_unavailable({
             "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",

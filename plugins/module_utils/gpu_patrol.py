@@ -29,7 +29,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_find
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     USAGE_FIELDS, NvidiaSmiParseError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int, to_number)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import classify_error
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_errors import classify_error
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import reasons_from_bitmask, short_pci
 
 # Beyond USAGE_FIELDS (which the sampler sidecar shares): all exist from 465.27 to 610.x.

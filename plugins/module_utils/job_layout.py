@@ -126,14 +126,17 @@ def now_iso():
 MAX_TEXT_BYTES = 16 << 20
 
 
-def read_text(path, limit=None):
+def read_text(path, limit=None, follow=True):
     """A small file's text (at most ``limit`` or MAX_TEXT_BYTES bytes), or None when it cannot be read.
 
-    Regular files only, checked before the open (a planted FIFO or device is never opened, so never blocks)."""
+    Regular files only, checked before the open (a planted FIFO or device is never opened, so never blocks); with
+    ``follow=False``, not through a symlink either (for a record that only launch writes, such as queue.json). PID
+    files are followed on purpose: signal_trust_problem then refuses a symlinked one by name."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        if not stat.S_ISREG((os.stat if follow else os.lstat)(path).st_mode):
             return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+        fd = os.open(path, flags)
     except (OSError, TypeError, ValueError):
         return None
     try:
@@ -253,7 +256,7 @@ def read_queue(paths):
     "best", "scratch"}``. (None, None) when there is no such file (a job that launch did not start); (None, why)
     when it is not a record launch wrote (then nothing is inferred from it).
     """
-    text = read_text(paths["queue_file"], MAX_META_BYTES)
+    text = read_text(paths["queue_file"], MAX_META_BYTES, follow=False)
     if text is None:
         return None, (None if not os.path.lexists(paths["queue_file"]) else
                       "%s is not a readable regular file" % paths["queue_file"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
@@ -40,6 +41,17 @@ def spec_options(argument_specs):
 def profile_values(variables):
     """The ``trainer_*`` variables of one host, from all its variables."""
     return dict((name, value) for name, value in variables.items() if name.startswith(PREFIX))
+
+
+def has_template(value):
+    """Whether ``value`` (a string, or a list or dict of them, nested) holds Jinja syntax that templating changes."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value or "{#" in value
+    if isinstance(value, Mapping):
+        return any(has_template(key) or has_template(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(has_template(item) for item in value)
+    return False
 
 
 def profile_key(values):
@@ -90,7 +102,7 @@ def extra_problems(params):
     cap, meter = params["trainer_inode_cap"], params["trainer_meter_stop"]
     if not (cap == "unknown" or (_is_integer(cap) and cap > 0)) \
             or not _absolute(params["trainer_data_dir"]) or not _absolute(params["trainer_durable_dir"]) \
-            or not (meter["verb"] == "manual" or meter["command"] or meter["api"]):
+            or not (meter["verb"] == "manual" or meter["command"] or (meter["api"] or {}).get("provider")):
         problems.append(
             " has a wrongly typed value: trainer_inode_cap must be a positive integer or 'unknown' (got %s), "
             "trainer_data_dir and trainer_durable_dir absolute paths (got %s, %s), and trainer_meter_stop needs a "

@@ -14,7 +14,8 @@ Each ``<provider>_host(record)`` returns a dict:
 - ``hostvars``: the same keys for every provider (``provider``, ``provider_id``, ``provider_status``, ``gpu_type``,
   ``gpu_count``, ``region``, ``price_per_hour``, ``interruptible``) plus ``trainer_price_per_hour`` for the
   billing checks, the id under the name that the profile's teardown verb reads (``runpod_pod_id``,
-  ``vastai_instance_id``), and a curated copy of the provider's record under ``<provider>`` for ``compose``/``keyed_groups``.
+  ``vastai_instance_id``, ``lambda_instance_id``, ``autodl_instance_uuid``), and a curated copy of the provider's
+  record under ``<provider>`` for ``compose``/``keyed_groups``.
 
 A record that is not an object, or has no id, raises ``ValueError`` with a clear message.
 """
@@ -35,6 +36,15 @@ VASTAI_KEEP = ("id", "label", "actual_status", "intended_status", "cur_state", "
                "gpu_ram", "geolocation", "dph_total", "is_bid", "public_ipaddr", "ssh_host", "ssh_port", "ports",
                "image_uuid", "image_runtype", "machine_id", "host_id", "disk_space", "cpu_ram", "start_date",
                "cuda_max_good", "driver_version", "reliability2")
+
+LAMBDA_KEEP = ("id", "name", "ip", "private_ip", "status", "hostname", "region", "instance_type", "ssh_key_names",
+               "file_system_names", "is_reserved")
+# AutoDL Pro: the list row, plus the snapshot's address and price (root_password, ssh_command and the jupyter token
+# are left out: ``ssh_command`` may carry the password in some clients' copies, and the others are credentials).
+AUTODL_KEEP = ("uuid", "status", "region_name", "region_sign", "gpu_spec_uuid", "req_gpu_amount", "image_uuid",
+               "started_at", "stopped_at", "created_at", "expand_system_disk_by_gb")
+AUTODL_SNAPSHOT_KEEP = ("proxy_host", "ssh_port", "payg_price", "snapshot_gpu_alias_name", "gpu_amount",
+                        "region_name", "region_sign")
 
 
 def curated(record, keep):
@@ -171,6 +181,97 @@ def vastai_host(instance):
         "hostvars": dict(_common("vastai", pid, actual or None, instance.get("gpu_name"),
                                  _num(instance.get("num_gpus"), int), instance.get("geolocation"), price,
                                  instance.get("is_bid"), curated(instance, VASTAI_KEEP)), vastai_instance_id=pid),
+    }
+
+
+def lambda_host(instance):
+    """One Lambda Cloud instance (``GET /api/v1/instances`` item) -> host dict (see the module docstring).
+
+    Lambda gives every instance a public ``ip`` with SSH on port 22 (user ``ubuntu``, set by group_vars/lambda.yml).
+    Lambda has no spot market: ``interruptible`` is always false."""
+    pid = _require_record(instance, "lambda")
+    status = str(instance.get("status") or "").lower()
+    itype = instance.get("instance_type") if isinstance(instance.get("instance_type"), dict) else {}
+    specs = itype.get("specs") if isinstance(itype.get("specs"), dict) else {}
+    region = instance.get("region") if isinstance(instance.get("region"), dict) else {}
+    ip = instance.get("ip")
+    ip = ip.strip() if isinstance(ip, str) and ip.strip() else None
+    if status in ("active", "unhealthy"):
+        state = "ready" if ip else "starting"
+    elif status in ("terminating", "terminated"):
+        state = "stopped"
+    else:  # booting, None
+        state = "starting"
+    cents = _num(itype.get("price_cents_per_hour"))
+    price = round(cents / 100.0, 4) if cents is not None else None
+    hostvars = dict(_common("lambda", pid, status or None, itype.get("gpu_description") or itype.get("description")
+                            or itype.get("name"), _num(specs.get("gpus"), int), region.get("name"), price, False,
+                            curated(instance, LAMBDA_KEEP)), lambda_instance_id=pid)
+    filesystems = instance.get("file_system_names")
+    if isinstance(filesystems, list) and filesystems and isinstance(filesystems[0], str) and filesystems[0]:
+        # Lambda mounts a filesystem at /lambda/nfs/<name>: the profile's durable dir (group_vars/lambda.yml)
+        hostvars["lambda_nfs_name"] = filesystems[0]
+    return {
+        "id": pid,
+        "name": _clean_name(instance.get("name")) or "lambda-" + _clean_name(pid),
+        "state": state,
+        "address": ip if state == "ready" else None,
+        "port": 22 if state == "ready" else None,
+        "hostvars": hostvars,
+    }
+
+
+AUTODL_STOPPED = ("shutdown", "shutting_down", "stopped", "stopping", "released", "releasing", "off")
+
+
+def autodl_ssh(snapshot):
+    """(proxy_host, ssh_port) from an AutoDL Pro snapshot (``GET /api/v1/dev/instance/pro/snapshot`` data)."""
+    if not isinstance(snapshot, dict):
+        return None, None
+    host = snapshot.get("proxy_host")
+    port = _port(snapshot.get("ssh_port"))
+    if not host or not isinstance(host, str) or port is None:
+        return None, None
+    return host.strip(), port
+
+
+def autodl_host(record):
+    """One AutoDL Pro instance (a ``pro/list`` row with its ``pro/snapshot`` data under ``snapshot``) -> host dict.
+
+    The address is the snapshot's ``proxy_host:ssh_port``; ``payg_price`` is in thousandths of a yuan per hour
+    (so 1880 is 1.88 CNY/h). AutoDL Pro has no spot instances: ``interruptible`` is always false."""
+    if not isinstance(record, dict):
+        raise ValueError("autodl: an instance record is %s, not an object" % type(record).__name__)
+    pid = record.get("uuid")
+    if pid in (None, ""):
+        raise ValueError("autodl: an instance record has no uuid")
+    pid = str(pid)
+    status = str(record.get("status") or "").lower()
+    snapshot = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
+    host, port = autodl_ssh(snapshot)
+    if status == "running":
+        state = "ready" if host else "starting"
+    elif status in AUTODL_STOPPED:
+        state = "stopped"
+    else:  # creating, starting, None
+        state = "starting"
+    milli = _num(snapshot.get("payg_price"))
+    price = round(milli / 1000.0, 4) if milli is not None else None
+    gpu_count = _num(record.get("req_gpu_amount"), int)
+    if gpu_count is None:
+        gpu_count = _num(snapshot.get("gpu_amount"), int)
+    kept = curated(record, AUTODL_KEEP)
+    kept["snapshot"] = curated(snapshot, AUTODL_SNAPSHOT_KEEP)
+    return {
+        "id": pid,
+        "name": _clean_name(record.get("name") or record.get("title")) or "autodl-" + _clean_name(pid),
+        "state": state,
+        "address": host if state == "ready" else None,
+        "port": port if state == "ready" else None,
+        "hostvars": dict(_common("autodl", pid, status or None,
+                                 snapshot.get("snapshot_gpu_alias_name") or record.get("gpu_spec_uuid"), gpu_count,
+                                 record.get("region_name") or record.get("region_sign"), price, False, kept),
+                         autodl_instance_uuid=pid),
     }
 
 

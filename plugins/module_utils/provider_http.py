@@ -2,12 +2,14 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""One small HTTP client for the providers' APIs (RunPod, vast.ai; later Lambda, AutoDL and the instance module).
+"""One small HTTP client for the providers' APIs (RunPod, vast.ai, Lambda, AutoDL; the inventory plugins and the
+instance module).
 
 Standard library only (urllib). What it guarantees:
 
 - the API key comes from the option or the provider's environment variable, is sent only in the Authorization
-  header, and is scrubbed from every message this module raises (``ProviderAPIError``), at any verbosity;
+  header (``Bearer <key>``, or the bare key where the provider wants that: AutoDL), and is scrubbed from every
+  message this module raises (``ProviderAPIError``), at any verbosity;
 - 401/403 give a message that names the environment variable to set;
 - 429, 5xx, timeouts and refused connections are retried with exponential backoff (``Retry-After`` honoured,
   capped) within a bounded total time, then fail;
@@ -74,7 +76,7 @@ class ProviderHTTP:
 
     def __init__(self, provider, base_url, api_key, env_var, timeout=30.0, retry_budget=60.0, backoff_base=1.0,
                  backoff_cap=16.0, max_bytes=DEFAULT_MAX_BYTES, user_agent="remote_gpu.trainer", sleep=time.sleep,
-                 clock=time.monotonic, opener=None):
+                 clock=time.monotonic, opener=None, auth_scheme="Bearer"):
         self.provider = provider
         self.base_url = (base_url or "").rstrip("/")
         self.api_key = api_key
@@ -88,6 +90,7 @@ class ProviderHTTP:
         self.sleep = sleep
         self.clock = clock
         self.opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler())
+        self.auth_scheme = auth_scheme
         self.requests = 0
         parsed = urllib.parse.urlparse(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -108,13 +111,19 @@ class ProviderHTTP:
 
     def get_json(self, path, query=None):
         """GET ``path`` (relative to the base URL) with ``query`` and return the decoded JSON."""
+        return self.request_json("GET", path, query)
+
+    def request_json(self, method, path, query=None, body=None):
+        """``method`` ``path`` (relative to the base URL) with ``query`` and a JSON ``body`` (None: no body); the
+        decoded JSON answer, or None for an empty answer (a 204). Retries as ``get_json`` does."""
         url = self.url(path, query)
+        data = None if body is None else json.dumps(body).encode("utf-8")
         started = self.clock()
         delay = self.backoff_base
         attempt = 0
         while True:
             attempt += 1
-            outcome, detail, wait_hint = self._once(url)
+            outcome, detail, wait_hint = self._once(url, method, data)
             if outcome == "ok":
                 return detail
             # outcome == "retry": a 429, a 5xx or a network error
@@ -126,12 +135,15 @@ class ProviderHTTP:
             self.sleep(wait)
             delay *= 2
 
-    def _once(self, url):
-        request = urllib.request.Request(url, method="GET", headers={
-            "Authorization": "Bearer " + self.api_key,
+    def _once(self, url, method="GET", data=None):
+        headers = {
+            "Authorization": ("%s %s" % (self.auth_scheme, self.api_key)) if self.auth_scheme else self.api_key,
             "Accept": "application/json",
             "User-Agent": self.user_agent,
-        })
+        }
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, method=method, headers=headers, data=data)
         self.requests += 1
         shown = self._scrub(urllib.parse.urlsplit(url)._replace(query="").geturl())
         try:
@@ -172,8 +184,33 @@ class ProviderHTTP:
         if announced is not None and announced.strip().isdigit() and len(body) < int(announced):
             self._fail("truncated response from %s (%d of %s announced bytes received)." % (shown, len(body), announced),
                        kind="truncated")
+        if not body.strip() and method != "GET":
+            return "ok", None, None
         try:
             return "ok", json.loads(body.decode("utf-8")), None
         except (UnicodeDecodeError, ValueError) as err:
             self._fail("malformed response from %s: not JSON (%s; %d bytes)." % (shown, err.__class__.__name__, len(body)),
                        kind="malformed")
+
+
+AUTODL_AUTH_WORDS = ("auth", "token", "login", "permission", "forbidden")
+
+
+def autodl_data(body, what, env_var="AUTODL_TOKEN"):
+    """The ``data`` of an AutoDL developer-API answer (``{"code": "Success", "msg": "", "data": ...}``).
+
+    AutoDL answers HTTP 200 with an error code in the body: any ``code`` other than ``Success`` is a
+    ``ProviderAPIError`` that shows the code and AutoDL's message (and names ``env_var`` when the code is about the
+    token). A body that is not such an object is a clear error too."""
+    if not isinstance(body, dict) or "code" not in body:
+        raise ProviderAPIError("autodl: %s answered %s, not AutoDL's {code, msg, data} object; nothing from it is "
+                               "used." % (what, type(body).__name__), kind="malformed")
+    code = body.get("code")
+    if code != "Success":
+        msg = " ".join(str(body.get("msg") or "").split())[:300]
+        hint = ""
+        if any(word in str(code).lower() for word in AUTODL_AUTH_WORDS):
+            hint = " Set the environment variable %s (or the option api_key) to a valid AutoDL developer token." % env_var
+        raise ProviderAPIError("autodl: %s answered error code %s (HTTP 200): %s.%s"
+                               % (what, code, msg or "no message", hint), kind="api_code")
+    return body.get("data")

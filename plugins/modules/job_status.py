@@ -316,7 +316,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, job_layout, job_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol, jobs, procfs
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_health import GpuHealthError, read_kernel_log
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError, read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
@@ -423,7 +423,7 @@ def new_xid_events(module, gpus, since, boot_epoch, now):
         return [], []
     try:
         text, unreadable = read_kernel_log(module, source, module.params["timeout"])
-    except GpuHealthError as exc:
+    except KernelLogError as exc:
         raise StatusError(str(exc))
     if text is None:
         return [], [gpu_patrol.kernel_log_unreadable(unreadable)]

@@ -5,8 +5,8 @@
 """What the providers' inventory plugins share: config, cache, errors, groups, Constructable, filters.
 
 A plugin subclasses ``ProviderInventory`` and sets ``NAME``, ``PROVIDER`` (also the group and the profile name),
-``ENV_VAR``, ``DEFAULT_URL``, ``to_host`` (a pure function from provider_hosts) and ``fetch(client)`` (the raw
-records, every page, or ProviderAPIError).
+``ENV_VAR``, ``DEFAULT_URL``, optionally ``AUTH_SCHEME`` (None: the bare key) and ``FILE_SUFFIX``, ``to_host`` (a
+pure function from provider_hosts) and ``fetch(client)`` (the raw records, every page, or ProviderAPIError).
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
     PROVIDER = ""
     ENV_VAR = ""
     DEFAULT_URL = ""
+    AUTH_SCHEME = "Bearer"
+    FILE_SUFFIX = None  # the config file's name ends in <FILE_SUFFIX>.yml (default: PROVIDER)
     to_host = None
 
     def verify_file(self, path):
         if not super().verify_file(path):
             return False
-        return path.endswith(("%s.yml" % self.PROVIDER, "%s.yaml" % self.PROVIDER))
+        suffix = self.FILE_SUFFIX or self.PROVIDER
+        return path.endswith(("%s.yml" % suffix, "%s.yaml" % suffix))
 
     def fetch(self, client):
         raise NotImplementedError
@@ -40,7 +43,7 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
         key = resolve_api_key(self.get_option("api_key"), self.ENV_VAR, os.environ, self.PROVIDER)
         return ProviderHTTP(self.PROVIDER, self.get_option("api_url") or self.DEFAULT_URL, key, self.ENV_VAR,
                             timeout=self.get_option("timeout"), retry_budget=self.get_option("retry_budget"),
-                            max_bytes=self.get_option("max_response_bytes"))
+                            max_bytes=self.get_option("max_response_bytes"), auth_scheme=self.AUTH_SCHEME)
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)
@@ -87,6 +90,8 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             if host["state"] == "stopped" and not include_stopped:
                 continue
             hostvars = dict(host["hostvars"])
+            # the API this host came from, so that teardown's instance module talks to the same one (a proxy, the fake)
+            hostvars["provider_api_url"] = self.get_option("api_url") or self.DEFAULT_URL
             if not self._keep(host["name"], hostvars, filters):
                 continue
             name = host["name"]

@@ -1,4 +1,5 @@
-"""ansible-inventory through the runpod and vastai inventory plugins, against the loopback fakes of their APIs.
+"""ansible-inventory through the runpod, vastai, lambda_cloud and autodl inventory plugins, against the loopback
+fakes of their APIs.
 
 No root and no lab: the fake serves the providers' real shapes; the addresses are made up (nothing connects)."""
 
@@ -17,7 +18,8 @@ fake_api = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fake_api)
 
 KEY = "TESTKEY-9f8e7d6c5b4a-never-print-me"
-ENV_VAR = {"runpod": "RUNPOD_API_KEY", "vastai": "VAST_API_KEY"}
+ENV_VAR = {"runpod": "RUNPOD_API_KEY", "vastai": "VAST_API_KEY", "lambda": "LAMBDA_API_KEY", "autodl": "AUTODL_TOKEN"}
+PLUGIN = {"runpod": "runpod", "vastai": "vastai", "lambda": "lambda_cloud", "autodl": "autodl"}
 
 
 def unwrap(value):
@@ -46,8 +48,9 @@ def serve():
 
 
 def write_config(tmp_path, provider, fake, extra="", name=None):
-    path = tmp_path / (name or "%s.yml" % provider)
-    path.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\nretry_budget: 3\n%s" % (provider, fake.url, extra))
+    path = tmp_path / (name or "%s.yml" % PLUGIN[provider])
+    text = "plugin: remote_gpu.trainer.%s\napi_url: %s\nretry_budget: 3\n%s" % (PLUGIN[provider], fake.url, extra)
+    path.write_text(text)
     return path
 
 
@@ -91,7 +94,7 @@ def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
     assert hv == {"ansible_host": "198.51.100.2", "ansible_port": 10342, "provider": "runpod",
                   "provider_id": "fakepod0002", "provider_status": "RUNNING", "gpu_type": "H100 80GB HBM3",
                   "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52, "interruptible": True,
-                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002"}
+                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002", "provider_api_url": fake.url}
     assert record["portMappings"] == {"22": 10342} and "env" not in record
     starting = data["_meta"]["hostvars"]["train-3"]
     assert "ansible_host" not in starting and starting["provider_status"] == "RUNNING"
@@ -180,7 +183,7 @@ def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
     assert hv == {"ansible_host": "ssh4.vast.ai", "ansible_port": 31002, "provider": "vastai", "provider_id": "9000002",
                   "provider_status": "running", "gpu_type": "RTX_4090", "gpu_count": 4, "region": "Norway, NO",
                   "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
-                  "vastai_instance_id": "9000002"}
+                  "vastai_instance_id": "9000002", "provider_api_url": fake.url}
     assert record["ssh_port"] == 31002 and "extra_env" not in record and "jupyter_token" not in record
     assert "fake-env-secret" not in proc.stdout and "fake-jupyter-token" not in proc.stdout
     assert "9000003" in proc.stderr and "'starting'" in proc.stderr
@@ -206,9 +209,99 @@ def test_vastai_a_failed_page_fails_the_whole_source(tmp_path, serve):
     assert "Traceback" not in proc.stderr and len(fake.api_requests()) == 3
 
 
-# --- errors, both providers --------------------------------------------------------------------------------------
+# --- Lambda Cloud -------------------------------------------------------------------------------------------------
 
-PROVIDERS = ("runpod", "vastai")
+def test_lambda_list_exact_hostvars_booting_and_terminated(tmp_path, serve):
+    records = [fake_api.lambda_instance(1, "198.51.100.21"),
+               fake_api.lambda_instance(2, "198.51.100.22", itype="gpu_8x_h100_sxm5", gpu="H100 (80 GB SXM5)",
+                                        gpus=8, cents=2392, region="us-west-1"),
+               fake_api.lambda_instance(3, None, status="booting"),
+               fake_api.lambda_instance(4, "198.51.100.24", status="terminated")]
+    fake = serve("lambda", records)
+    proc, data = inventory(write_config(tmp_path, "lambda", fake), "lambda")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "lambda") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    assert "train-4" not in data["_meta"]["hostvars"]
+    hv = dict(data["_meta"]["hostvars"]["train-2"])
+    record = hv.pop("lambda")
+    assert hv == {"ansible_host": "198.51.100.22", "ansible_port": 22, "provider": "lambda",
+                  "provider_id": records[1]["id"], "provider_status": "active", "gpu_type": "H100 (80 GB SXM5)",
+                  "gpu_count": 8, "region": "us-west-1", "price_per_hour": 23.92, "interruptible": False,
+                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"], "provider_api_url": fake.url,
+                  "lambda_nfs_name": "lab-nfs"}
+    assert record["instance_type"]["price_cents_per_hour"] == 2392 and "jupyter_token" not in record
+    assert "fake-jupyter-token" not in proc.stdout
+    assert records[2]["id"] in proc.stderr and "'starting'" in proc.stderr
+    assert [r["path"] for r in fake.api_requests()] == ["/api/v1/instances"]
+
+
+def test_lambda_config_file_is_named_lambda_cloud(tmp_path, serve):
+    fake = serve("lambda", [fake_api.lambda_instance(1, "198.51.100.21")])
+    proc, _data = inventory(write_config(tmp_path, "lambda", fake, name="lambda.yml"), "lambda")
+    assert proc.returncode != 0 and fake.api_requests() == []
+
+
+# --- AutoDL Pro ---------------------------------------------------------------------------------------------------
+
+def test_autodl_list_snapshot_exact_hostvars_and_secrets_left_out(tmp_path, serve):
+    records = [fake_api.autodl_instance(1, "connect.westb.seetacloud.com", 41001),
+               fake_api.autodl_instance(2, "connect.westc.seetacloud.com", 41002, gpus=4, payg_milli=7520,
+                                        region="西北C区", region_sign="westDC4"),
+               fake_api.autodl_instance(3, None, None, status="starting"),
+               fake_api.autodl_instance(4, "connect.westb.seetacloud.com", 41004, status="shutdown")]
+    fake = serve("autodl", records)
+    proc, data = inventory(write_config(tmp_path, "autodl", fake), "autodl")
+    assert proc.returncode == 0, proc.stderr
+    assert group_hosts(data, "autodl") == ["autodl-pro-fake0000001", "autodl-pro-fake0000002"]
+    assert group_hosts(data, "starting") == ["autodl-pro-fake0000003"]
+    hv = dict(data["_meta"]["hostvars"]["autodl-pro-fake0000002"])
+    record = hv.pop("autodl")
+    assert {k: hv[k] for k in ("ansible_host", "ansible_port", "provider", "provider_id", "provider_status",
+                               "gpu_type", "gpu_count", "region", "price_per_hour", "interruptible",
+                               "trainer_price_per_hour", "autodl_instance_uuid")} == {
+        "ansible_host": "connect.westc.seetacloud.com", "ansible_port": 41002, "provider": "autodl",
+        "provider_id": "pro-fake0000002", "provider_status": "running", "gpu_type": "RTX 4090D", "gpu_count": 4,
+        "region": "西北C区", "price_per_hour": 7.52, "interruptible": False, "trainer_price_per_hour": 7.52,
+        "autodl_instance_uuid": "pro-fake0000002"}
+    assert record["snapshot"]["ssh_port"] == 41002
+    assert "fake-root-password" not in proc.stdout + proc.stderr and "ssh_command" not in proc.stdout
+    # one list page, one snapshot per running instance, every request with the bare token
+    reqs = fake.api_requests()
+    assert [(r["method"], r["path"]) for r in reqs] == [("POST", "/api/v1/dev/instance/pro/list")] + [
+        ("GET", "/api/v1/dev/instance/pro/snapshot")] * 2
+    assert all(r["auth_ok"] for r in reqs)
+
+
+def test_autodl_pages_to_max_page(tmp_path, serve):
+    fake = serve("autodl", [fake_api.autodl_instance(i, "h", 40000 + i, status="shutdown") for i in range(1, 121)])
+    proc, data = inventory(write_config(tmp_path, "autodl", fake, "include_stopped: true\n"), "autodl")
+    assert proc.returncode == 0, proc.stderr
+    assert len(group_hosts(data, "stopped")) == 120
+    reqs = fake.api_requests()
+    assert [r["body"]["page_index"] for r in reqs] == [1, 2, 3] and {r["body"]["page_size"] for r in reqs} == {50}
+
+
+@pytest.mark.parametrize("code,words", [("InvalidParams", "error code InvalidParams (HTTP 200)"),
+                                        ("AuthorizeFailed", "Set the environment variable AUTODL_TOKEN")])
+def test_autodl_http_200_with_an_error_code_is_an_error(tmp_path, serve, code, words):
+    fake = serve("autodl", [fake_api.autodl_instance(1, "h", 41001)])
+    fake.inject({"code": code, "msg": "something is wrong"})
+    proc, _data = inventory(write_config(tmp_path, "autodl", fake), "autodl", "-vvv")
+    assert proc.returncode != 0 and words in proc.stderr and "something is wrong" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and KEY not in proc.stdout + proc.stderr
+
+
+def test_autodl_error_code_on_a_snapshot_fails_the_whole_source(tmp_path, serve):
+    fake = serve("autodl", [fake_api.autodl_instance(1, "h", 41001), fake_api.autodl_instance(2, "h", 41002)])
+    fake.inject({}, {}, {"code": "InstanceNotFound"})
+    proc, _data = inventory(write_config(tmp_path, "autodl", fake), "autodl")
+    assert proc.returncode != 0 and "error code InstanceNotFound" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- errors, every provider ---------------------------------------------------------------------------------------
+
+PROVIDERS = ("runpod", "vastai", "lambda", "autodl")
+BASE_REQUESTS = {"autodl": 2}  # the list, and the running instance's snapshot
 
 
 def one_record(provider):
@@ -246,7 +339,7 @@ def test_rate_limit_and_5xx_are_retried(tmp_path, serve, provider):
     fake.inject({"status": 429, "retry_after": 0}, {"status": 503, "retry_after": 0})
     proc, data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode == 0 and data["_meta"]["hostvars"], proc.stderr
-    assert len(fake.api_requests()) == 3
+    assert len(fake.api_requests()) == BASE_REQUESTS.get(provider, 1) + 2
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -274,16 +367,17 @@ def test_slow_answer_times_out_then_retries(tmp_path, serve, provider):
     fake.inject({"slow": 3})
     proc, data = inventory(write_config(tmp_path, provider, fake, "timeout: 1\n"), provider)
     assert proc.returncode == 0 and data["_meta"]["hostvars"], proc.stderr
-    assert len(fake.api_requests()) == 2
+    assert len(fake.api_requests()) == BASE_REQUESTS.get(provider, 1) + 1
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_wrong_shape_is_a_clear_error(tmp_path, serve, provider):
     fake = serve(provider, [])
-    fake.answer = lambda path, query: (200, {"unexpected": True} if provider == "runpod" else [1, 2])
+    fake.answer = lambda path, query, *rest: (200, {"unexpected": True} if provider == "runpod" else [1, 2])
     proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert ("not the list of pods" if provider == "runpod" else "has no list 'instances'") in proc.stderr
+    assert {"runpod": "not the list of pods", "vastai": "has no list 'instances'", "lambda": "has no list 'data'",
+            "autodl": "not AutoDL's {code, msg, data} object"}[provider] in proc.stderr
 
 
 def test_malformed_record_is_skipped_and_named(tmp_path, serve):

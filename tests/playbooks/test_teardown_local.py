@@ -31,12 +31,13 @@ def run_root(tmp_path):
     return root
 
 
-def teardown(local_inventory, tmp_path, run_root, *extra, approve="localhost", roster=("model.safetensors", "metrics.json")):
+def teardown(local_inventory, tmp_path, run_root, *extra, approve="localhost", roster=("model.safetensors", "metrics.json"),
+             **env):
     args = ["-e", json.dumps({"teardown_run_id": "exp42", "teardown_result_root": str(run_root),
                               "teardown_roster": list(roster), "teardown_pull_root": str(tmp_path / "pulls")})]
     if approve is not None:
         args += ["-e", "teardown_approve=%s" % approve]
-    return run_playbook(PLAYBOOK, local_inventory, *args, *extra)
+    return run_playbook(PLAYBOOK, local_inventory, *args, *extra, **env)
 
 
 def pull_dir(tmp_path):
@@ -128,3 +129,45 @@ def test_check_mode_shows_the_plan_and_writes_nothing(local_inventory, tmp_path,
     assert not (tmp_path / "pulls").exists() or not any((tmp_path / "pulls").rglob("*.json"))
     assert "check mode: teardown refused for localhost: no_pull_verified" in proc.stdout
     assert not (run_root.parent / "PULL_MANIFEST.exp42.json").exists()  # the box was not written either
+
+
+# --- an API verb (remote_gpu.trainer.instance), with a Lambda-like profile on localhost -----------------------------
+
+def api_meter_stop(instance_id):
+    """The Lambda profile's meter stop (no command, an API verb) for the local host."""
+    return {"trainer_meter_stop": {
+        "verb": "terminate", "how": "POST /api/v1/instance-operations/terminate with the instance id", "command": [],
+        "api": {"provider": "lambda", "id": instance_id, "state": "absent", "key_env": "LAMBDA_API_KEY"},
+        "reversible": False, "deletes": "the local NVMe", "verified": "2026-06"}}
+
+
+def test_api_verb_terminates_once_through_the_fake_and_records_it(local_inventory, tmp_path, run_root):
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
+    fake_api = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake_api)
+    key = "LAMBDA-TEARDOWN-KEY-5e4d-never-shown"
+    record = fake_api.lambda_instance(1, "198.51.100.9")
+    fake = fake_api.FakeAPI("lambda", key, [record]).start()
+    try:
+        extra = dict(api_meter_stop(record["id"]), provider_api_url=fake.url)
+        proc = teardown(local_inventory, tmp_path, run_root, "-e", json.dumps(extra), "-vvv", LAMBDA_API_KEY=key)
+    finally:
+        fake.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    posts = [(r["method"], r["path"], r["body"]) for r in fake.api_requests() if r["method"] != "GET"]
+    assert posts == [("POST", "/api/v1/instance-operations/terminate", {"instance_ids": [record["id"]]})]
+    receipt_text = (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").read_text()
+    receipt = json.loads(receipt_text)
+    assert receipt["command"] == [] and receipt["api"]["verb"] == "terminate" and receipt["api"]["state"] == "absent"
+    assert receipt["api"]["request"] == "POST /api/v1/instance-operations/terminate"
+    assert key not in proc.stdout + proc.stderr + receipt_text
+
+
+def test_api_verb_without_the_key_stops_nothing_and_says_which_variable(local_inventory, tmp_path, run_root):
+    proc = teardown(local_inventory, tmp_path, run_root, "-e", json.dumps(api_meter_stop("0920582c")),
+                    LAMBDA_API_KEY="")
+    assert proc.returncode != 0
+    assert "the environment variable LAMBDA_API_KEY is not set on the controller" in proc.stdout, proc.stdout[-3000:]
+    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+    assert (pull_dir(tmp_path) / "PULL_VERIFIED.json").exists()  # the results are safe; only the stop is refused

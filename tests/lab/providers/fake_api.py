@@ -2,27 +2,35 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A fake of RunPod's REST API and of vast.ai's instance API, on loopback (standard library only).
+"""A fake of RunPod's REST API, vast.ai's instance API, Lambda Cloud's API and AutoDL's 容器实例 Pro developer API,
+on loopback (standard library only).
 
 It serves records in the providers' published shapes (see README.md in this folder for where each comes from),
-checks the ``Authorization: Bearer <key>`` header, pages where vast.ai pages (``next_token``/``after_token``,
-``limit`` at most 25), and injects faults, one per API request, from a queue:
+checks the ``Authorization`` header (``Bearer <key>``; AutoDL: the bare token), pages where the real API pages
+(vast.ai ``next_token``/``after_token``, ``limit`` at most 25; AutoDL ``page_index``/``max_page``), serves the
+lifecycle verbs (stop, start, terminate) and changes the record's status as the provider would, and injects faults,
+one per API request, from a queue:
 
     {"status": 401}                      the answer has this HTTP status (429/5xx may carry "retry_after")
     {"slow": 3.0}                        waits this long, then answers normally
     {"truncate": true}                   announces a longer body than it sends, then closes
     {"malformed": true}                  a body that is not JSON
+    {"code": "SomeError"}                AutoDL style: HTTP 200 with {"code": "SomeError", "msg": ...}
+
+A lifecycle verb calls ``fake.on_lifecycle(record, verb)`` when set (verb: stop, start or terminate), after the
+record changed: a lab test uses ``meter_log_hook`` to make the verb hit the lab instance's meter log.
 
 Control (no auth): ``GET /_fake/requests`` (the log of API requests), ``POST /_fake/faults`` (a JSON list appended
 to the queue), ``POST /_fake/instances`` (a JSON list that replaces the records), ``POST /_fake/reset``.
 
-In a test: ``fake = FakeAPI("vastai", "key", vastai_instances(hosts)).start()``, ``fake.url``, ``fake.stop()``.
+In a test: ``fake = FakeAPI("vastai", "key", records_for("vastai", pairs)).start()``, ``fake.url``, ``fake.stop()``.
 By hand: ``python3 fake_api.py vastai --key K --hosts 127.0.10.2:22,127.0.10.3:22`` (prints the URL).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import threading
 import time
@@ -30,6 +38,9 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VAST_MAX_LIMIT = 25
+AUTODL_MAX_PAGE_SIZE = 100
+PROVIDERS = ("runpod", "vastai", "lambda", "autodl")
+ID_KEY = {"runpod": "id", "vastai": "id", "lambda": "id", "autodl": "uuid"}
 
 
 # --- records in the real shapes (only ids and addresses are ours) ---------------------------------------------
@@ -111,6 +122,81 @@ def vastai_instance(index, host, port, direct=True, status="running", label=None
     }
 
 
+def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_pcie",
+                    gpu="H100 (80 GB PCIe)", gpus=1, cents=249, region="us-east-1", filesystem="lab-nfs"):
+    """One item of Lambda Cloud ``GET /api/v1/instances`` (``{"data": [...]}``; Lambda's Instance schema)."""
+    return {
+        "id": "0920582c7ff041399e34823a0be%05d" % index,
+        "name": name if name is not None else "train-%d" % index,
+        "ip": host,
+        "private_ip": "10.19.60.%d" % (index % 250 + 1),
+        "status": status,
+        "ssh_key_names": ["lab-key"],
+        "file_system_names": [filesystem] if filesystem else [],
+        "region": {"name": region, "description": "Fake region %s" % region},
+        "instance_type": {
+            "name": itype,
+            "description": "%dx %s" % (gpus, gpu),
+            "gpu_description": gpu,
+            "price_cents_per_hour": cents,
+            "specs": {"vcpus": 26, "memory_gib": 200, "storage_gib": 1024, "gpus": gpus},
+        },
+        "hostname": "%s.fake-lambda.invalid" % str(host).replace(".", "-"),
+        "jupyter_token": "fake-jupyter-token-%d" % index,
+        "jupyter_url": "https://jupyter-%d.fake-lambda.invalid/?token=fake-jupyter-token-%d" % (index, index),
+        "is_reserved": False,
+        "actions": {"migrate": {"available": False}, "rebuild": {"available": False},
+                    "restart": {"available": True}, "cold_reboot": {"available": True},
+                    "terminate": {"available": True}},
+    }
+
+
+def autodl_instance(index, host, port, status="running", gpu_spec="v-48g", gpu="RTX 4090D", gpus=1,
+                    region="西北B区", region_sign="westDC3", payg_milli=1880):
+    """One AutoDL Pro instance: a ``pro/list`` row, plus under ``_snapshot`` what ``pro/snapshot`` answers for it
+    (the fake serves the row without ``_snapshot`` in the list, and ``_snapshot`` from the snapshot endpoint)."""
+    uuid = "pro-fake%07d" % index
+    return {
+        "uuid": uuid,
+        "status": status,
+        "region_name": region,
+        "region_sign": region_sign,
+        "gpu_spec_uuid": gpu_spec,
+        "req_gpu_amount": gpus,
+        "image_uuid": "base-image-l2t43iu6uk",
+        "expand_system_disk_by_gb": 0,
+        "created_at": "2026-11-30T08:00:00+08:00",
+        "started_at": {"Time": "2026-11-30T08:00:05+08:00", "Valid": True},
+        "stopped_at": {"Time": "0001-01-01T00:00:00Z", "Valid": False},
+        "_snapshot": {
+            "proxy_host": host,
+            "ssh_port": port,
+            "ssh_command": "ssh -p %s root@%s" % (port, host) if host else "",
+            "root_password": "fake-root-password-%d" % index,
+            "payg_price": payg_milli,
+            "snapshot_gpu_alias_name": gpu,
+            "gpu_amount": gpus,
+            "region_name": region,
+            "region_sign": region_sign,
+        },
+    }
+
+
+def meter_log_hook(meter_logs):
+    """An ``on_lifecycle`` hook: ``meter_logs`` maps an instance id to (lab host, its meter log); a verb appends one
+    JSON line there, as the lab's meter-stop stand-ins do (tests/lab/fleetlib/instance.py ``_stand_in``)."""
+    def hook(record, verb, provider=None):
+        rid = str(record.get("uuid") or record.get("id"))
+        if rid not in meter_logs:
+            return
+        host, path = meter_logs[rid]
+        rec = {"ts": time.time(), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": host,
+               "argv": ["provider-api", provider or "", verb, rid], "path": "fake_api", "uid": 0}
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(rec) + "\n")
+    return hook
+
+
 def parse_hosts(text):
     """'h1:p1,h2:p2' -> [(h1, p1), ...]"""
     pairs = []
@@ -121,21 +207,31 @@ def parse_hosts(text):
 
 
 def records_for(provider, pairs):
-    make = runpod_pod if provider == "runpod" else vastai_instance
+    if provider == "lambda":
+        return [lambda_instance(i + 1, host) for i, (host, _port) in enumerate(pairs)]
+    make = {"runpod": runpod_pod, "vastai": vastai_instance, "autodl": autodl_instance}[provider]
     return [make(i + 1, host, port) for i, (host, port) in enumerate(pairs)]
+
+
+def _public(record):
+    """The record as the list answers it (the fake's own ``_`` keys left out)."""
+    if not isinstance(record, dict):  # a malformed record, as a test serves it
+        return record
+    return {k: v for k, v in record.items() if not k.startswith("_")}
 
 
 # --- the server -----------------------------------------------------------------------------------------------
 
 class FakeAPI:
     def __init__(self, provider, api_key, records=(), host="127.0.0.1", port=0):
-        if provider not in ("runpod", "vastai"):
-            raise ValueError("provider must be runpod or vastai")
+        if provider not in PROVIDERS:
+            raise ValueError("provider must be one of %s" % ", ".join(PROVIDERS))
         self.provider = provider
         self.api_key = api_key
         self.records = list(records)
         self.faults = []
         self.log = []
+        self.on_lifecycle = None
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer((host, port), _handler(self))
         self.server.daemon_threads = True
@@ -146,6 +242,11 @@ class FakeAPI:
         host, port = self.server.server_address[:2]
         base = "http://%s:%d" % (host, port)
         return base + "/v1" if self.provider == "runpod" else base
+
+    def auth_ok(self, header):
+        if self.provider == "autodl":  # AutoDL: "Authorization: <token>", no scheme
+            return header == self.api_key
+        return header == "Bearer " + self.api_key
 
     def start(self):
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -168,13 +269,74 @@ class FakeAPI:
         with self.lock:
             return self.faults.pop(0) if self.faults else None
 
+    def find(self, rid):
+        key = ID_KEY[self.provider]
+        for record in self.records:
+            if str(record.get(key)) == str(rid):
+                return record
+        return None
+
+    def lifecycle(self, record, verb):
+        hook = self.on_lifecycle
+        if hook is None:
+            return
+        try:
+            takes_provider = len(inspect.signature(hook).parameters) >= 3
+        except (TypeError, ValueError):
+            takes_provider = False
+        if takes_provider:
+            hook(record, verb, self.provider)
+        else:  # on_lifecycle(instance_record, verb)
+            hook(record, verb)
+
     # the API answers: (status, body object)
-    def answer(self, path, query):
-        if self.provider == "runpod":
-            if path.rstrip("/") == "/v1/pods":
-                return 200, list(self.records)
+    def answer(self, path, query, method="GET", body=None):
+        handler = getattr(self, "_answer_" + self.provider)
+        return handler(path.rstrip("/"), query, method, body if isinstance(body, dict) else {})
+
+    def _answer_runpod(self, path, query, method, body):
+        if path == "/v1/pods" and method == "GET":
+            return 200, [_public(r) for r in self.records]
+        parts = path.split("/")  # ['', 'v1', 'pods', id, verb?]
+        if len(parts) not in (4, 5) or parts[:3] != ["", "v1", "pods"]:
             return 404, {"error": "not found"}
-        if path.rstrip("/") != "/api/v1/instances":
+        record = self.find(parts[3])
+        if record is None:
+            return 404, {"error": "pod not found"}
+        verb = parts[4] if len(parts) == 5 else None
+        if method == "GET" and verb is None:
+            return 200, _public(record)
+        if method == "DELETE" and verb is None:
+            self.records.remove(record)
+            record["desiredStatus"] = "TERMINATED"
+            self.lifecycle(record, "terminate")
+            return 200, {}
+        if method == "POST" and verb in ("stop", "start"):
+            record["desiredStatus"] = "EXITED" if verb == "stop" else "RUNNING"
+            self.lifecycle(record, verb)
+            return 200, _public(record)
+        return 404, {"error": "not found"}
+
+    def _answer_vastai(self, path, query, method, body):
+        parts = path.split("/")  # ['', 'api', 'v0', 'instances', id]
+        if len(parts) == 5 and parts[:4] == ["", "api", "v0", "instances"]:
+            record = self.find(parts[4])
+            if record is None:
+                return 404, {"success": False, "error": "no_such_instance", "msg": "Instance not found."}
+            if method == "GET":
+                return 200, {"instances": _public(record)}
+            if method == "DELETE":
+                self.records.remove(record)
+                self.lifecycle(record, "terminate")
+                return 200, {"success": True}
+            if method == "PUT" and body.get("state") in ("stopped", "running"):
+                running = body["state"] == "running"
+                record["intended_status"] = body["state"]
+                record["actual_status"] = record["cur_state"] = "running" if running else "exited"
+                self.lifecycle(record, "start" if running else "stop")
+                return 200, {"success": True}
+            return 400, {"success": False, "error": "invalid_args"}
+        if path != "/api/v1/instances" or method != "GET":
             return 404, {"error": "not found"}
         try:
             limit = int(json.loads(query.get("limit", ["25"])[0]))
@@ -184,10 +346,75 @@ class FakeAPI:
         token = query.get("after_token", [""])[0]
         start = int(token[1:]) if token.startswith("t") and token[1:].isdigit() else 0
         ordered = sorted(self.records, key=lambda r: r["id"])
-        page = ordered[start:start + limit]
+        page = [_public(r) for r in ordered[start:start + limit]]
         more = start + limit < len(ordered)
         return 200, {"instances": page, "next_token": "t%d" % (start + limit) if more else None,
                      "total_instances": len(ordered), "label_counts": {}}
+
+    def _answer_lambda(self, path, query, method, body):
+        if path == "/api/v1/instances" and method == "GET":
+            return 200, {"data": [_public(r) for r in self.records]}
+        if path.startswith("/api/v1/instances/") and method == "GET":
+            record = self.find(path.rsplit("/", 1)[1])
+            if record is None:
+                return 404, {"error": {"code": "global/object-does-not-exist",
+                                       "message": "Specified instance does not exist."}}
+            return 200, {"data": _public(record)}
+        if path == "/api/v1/instance-operations/terminate" and method == "POST":
+            ids = body.get("instance_ids")
+            if not isinstance(ids, list) or not ids:
+                return 400, {"error": {"code": "global/invalid-parameters", "message": "instance_ids is required"}}
+            records = [self.find(i) for i in ids]
+            if any(r is None for r in records):
+                return 404, {"error": {"code": "global/object-does-not-exist",
+                                       "message": "Specified instance does not exist."}}
+            for record in records:
+                record["status"] = "terminated"
+                self.lifecycle(record, "terminate")
+            return 200, {"data": {"terminated_instances": [_public(r) for r in records]}}
+        return 404, {"error": {"code": "global/not-found", "message": "not found"}}
+
+    def _answer_autodl(self, path, query, method, body):
+        def ok(data):
+            return 200, {"code": "Success", "msg": "", "data": data, "request_id": "fake-%d" % len(self.log)}
+
+        def err(code, msg):
+            return 200, {"code": code, "msg": msg, "data": None, "request_id": "fake-%d" % len(self.log)}
+
+        base = "/api/v1/dev/instance/pro/"
+        if not path.startswith(base):
+            return 404, {"code": "NotFound", "msg": "not found"}
+        verb = path[len(base):]
+        if verb == "list" and method == "POST":
+            try:
+                index = max(1, int(body.get("page_index", 1)))
+                size = max(1, min(int(body.get("page_size", 10)), AUTODL_MAX_PAGE_SIZE))
+            except (TypeError, ValueError):
+                return err("InvalidParams", "page_index and page_size must be integers")
+            rows = [_public(r) for r in self.records]
+            max_page = max(1, -(-len(rows) // size))
+            return ok({"list": rows[(index - 1) * size:index * size], "page_index": index, "page_size": size,
+                       "max_page": max_page, "offset": (index - 1) * size, "result_total": len(rows)})
+        uuid = body.get("instance_uuid") or query.get("instance_uuid", [""])[0]
+        record = self.find(uuid) if uuid else None
+        if record is None:
+            return err("InstanceNotFound", "实例不存在")
+        if verb == "snapshot" and method == "GET":
+            return ok(dict(record.get("_snapshot") or {}))
+        if verb == "status" and method == "GET":
+            return ok(record["status"])
+        if verb in ("power_off", "power_on", "release") and method == "POST":
+            if verb == "release":
+                if record["status"] != "shutdown":
+                    return err("InstanceNotShutdown", "实例未关机, 请先关机再释放")
+                self.records.remove(record)
+                record["status"] = "released"
+                self.lifecycle(record, "terminate")
+                return ok(None)
+            record["status"] = "shutdown" if verb == "power_off" else "running"
+            self.lifecycle(record, "stop" if verb == "power_off" else "start")
+            return ok(None)
+        return 404, {"code": "NotFound", "msg": "not found"}
 
 
 def _handler(fake):
@@ -216,14 +443,20 @@ def _handler(fake):
             if announce is not None:
                 self.close_connection = True
 
-        def do_POST(self):
+        def _body(self):
             length = int(self.headers.get("Content-Length") or 0)
-            payload = json.loads(self.rfile.read(length) or b"null")
-            if self.path == "/_fake/faults":
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw) if raw else None
+            except ValueError:
+                return None
+
+        def _control(self, path, payload):
+            if path == "/_fake/faults":
                 fake.inject(*payload)
-            elif self.path == "/_fake/instances":
+            elif path == "/_fake/instances":
                 fake.records = list(payload)
-            elif self.path == "/_fake/reset":
+            elif path == "/_fake/reset":
                 with fake.lock:
                     fake.faults.clear()
                     fake.log.clear()
@@ -231,15 +464,20 @@ def _handler(fake):
                 return self._send(404, {"error": "not found"})
             return self._send(200, {"ok": True})
 
-        def do_GET(self):
+        def _api(self, method):
             parsed = urllib.parse.urlsplit(self.path)
-            if parsed.path == "/_fake/requests":
-                return self._send(200, fake.api_requests())
+            body = self._body() if method in ("POST", "PUT", "DELETE") else None
+            if parsed.path.startswith("/_fake/"):
+                if method == "GET" and parsed.path == "/_fake/requests":
+                    return self._send(200, fake.api_requests())
+                if method == "POST":
+                    return self._control(parsed.path, body)
+                return self._send(404, {"error": "not found"})
             query = urllib.parse.parse_qs(parsed.query)
-            auth_ok = self.headers.get("Authorization") == "Bearer " + fake.api_key
+            auth_ok = fake.auth_ok(self.headers.get("Authorization"))
             with fake.lock:
-                fake.log.append({"path": parsed.path, "query": {k: v[0] for k, v in query.items()},
-                                 "auth_ok": auth_ok, "at": time.time()})
+                fake.log.append({"method": method, "path": parsed.path, "query": {k: v[0] for k, v in query.items()},
+                                 "body": body, "auth_ok": auth_ok, "at": time.time()})
             fault = fake._next_fault()
             if fault and fault.get("slow"):
                 time.sleep(float(fault["slow"]))
@@ -247,22 +485,38 @@ def _handler(fake):
             if fault and fault.get("status"):
                 headers = [("Retry-After", str(fault["retry_after"]))] if "retry_after" in fault else []
                 return self._send(int(fault["status"]), {"error": "injected %s" % fault["status"]}, headers)
+            if fault and fault.get("code"):
+                return self._send(200, {"code": fault["code"], "msg": fault.get("msg", "injected error"),
+                                        "data": None})
             if not auth_ok:
                 return self._send(401, {"error": "Unauthorized"})
-            status, body = fake.answer(parsed.path, query)
-            data = json.dumps(body).encode()
+            with fake.lock:
+                status, answer = fake.answer(parsed.path, query, method, body)
+            data = b"" if answer is None else json.dumps(answer).encode()  # None: an empty body
             if fault and fault.get("truncate"):
                 return self._send(status, None, raw=data[:len(data) // 2], announce=len(data))
             if fault and fault.get("malformed"):
                 return self._send(status, None, raw=data[:len(data) // 2])
             return self._send(status, None, raw=data)
 
+        def do_GET(self):
+            return self._api("GET")
+
+        def do_POST(self):
+            return self._api("POST")
+
+        def do_PUT(self):
+            return self._api("PUT")
+
+        def do_DELETE(self):
+            return self._api("DELETE")
+
     return Handler
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("provider", choices=("runpod", "vastai"))
+    parser.add_argument("provider", choices=PROVIDERS)
     parser.add_argument("--key", required=True)
     parser.add_argument("--listen", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -23,22 +23,24 @@ _spec.loader.exec_module(fake_api)
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "4", "--platform", "lab-01=runpod",
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "6", "--platform", "lab-01=runpod",
                        "--platform", "lab-02=runpod", "--platform", "lab-03=vastai",
-                       "--platform", "lab-04=vastai") as lab:
+                       "--platform", "lab-04=vastai", "--platform", "lab-05=lambda",
+                       "--platform", "lab-06=autodl") as lab:
         yield lab
 
 
-def user_inventory(fleet, tmp_path, provider, url):
-    """What a user writes: the plugin file, and the SSH settings in the inventory's group_vars/all.yml."""
+def user_inventory(fleet, tmp_path, plugin, url):
+    """What a user writes: the plugin file (<plugin>.yml), and the SSH settings in the inventory's
+    group_vars/all.yml (the profile's group_vars set the user where the platform fixes it: Lambda's ubuntu)."""
     allvars = fleet.inventory["all"]["vars"]
     common = " ".join(fleet.common)  # the fleet's -o pairs, without its ControlPath
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text(json.dumps({
         "ansible_user": "root", "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
         "ansible_ssh_common_args": common, "preflight_check_torch": False}))
-    config = tmp_path / ("%s.yml" % provider)
-    config.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\n" % (provider, url))
+    config = tmp_path / ("%s.yml" % plugin)
+    config.write_text("plugin: remote_gpu.trainer.%s\napi_url: %s\n" % (plugin, url))
     return config
 
 
@@ -91,3 +93,96 @@ def test_vastai_yml_preflight_limit_vastai_direct_and_proxy(fleet, tmp_path):
     assert sorted(rows) == ["lab-03", "lab-04"]
     assert all(row["verdict"] == "PASS" and row["platform"] == "vastai" for row in rows.values()), rows
     assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+
+
+def test_lambda_cloud_yml_preflight_limit_lambda(fleet, tmp_path):
+    """Lambda: ip:22, user ubuntu from group_vars/lambda.yml, the filesystem's name gives the durable dir."""
+    instance = fake_api.lambda_instance(5, address(fleet, "lab-05")[0], name="lab-05", filesystem="lab")
+    fake = fake_api.FakeAPI("lambda", KEY, [instance, fake_api.lambda_instance(7, None, status="booting")]).start()
+    try:
+        config = user_inventory(fleet, tmp_path, "lambda_cloud", fake.url)
+        proc, rows, report = preflight(config, tmp_path, "LAMBDA_API_KEY", "-l", "lambda", "-vvv")
+    finally:
+        fake.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert sorted(rows) == ["lab-05"]
+    assert rows["lab-05"]["verdict"] == "PASS" and rows["lab-05"]["platform"] == "lambda", rows
+    assert "'starting'" in proc.stderr
+    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+
+
+def test_autodl_yml_preflight_limit_autodl(fleet, tmp_path):
+    """AutoDL Pro: the list, then the snapshot's proxy_host:ssh_port; the token goes bare in Authorization."""
+    instance = fake_api.autodl_instance(6, *address(fleet, "lab-06"))
+    fake = fake_api.FakeAPI("autodl", KEY, [instance]).start()
+    try:
+        config = user_inventory(fleet, tmp_path, "autodl", fake.url)
+        proc, rows, report = preflight(config, tmp_path, "AUTODL_TOKEN", "-l", "autodl", "-vvv")
+    finally:
+        fake.stop()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert sorted(rows) == ["autodl-pro-fake0000006"]
+    row = rows["autodl-pro-fake0000006"]
+    assert row["verdict"] == "PASS" and row["platform"] == "autodl", rows
+    assert all(r["auth_ok"] for r in fake.api_requests()) and len(fake.api_requests()) == 2
+    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+    assert "fake-root-password" not in proc.stdout + proc.stderr + report
+
+
+# --- teardown through the provider's API, on an inventory made only by the plugin ---------------------------------
+
+def put(fleet, host, path, data):
+    argv = fleet.ssh_argv(host, "mkdir -p \"$(dirname '%s')\" && cat > '%s'" % (path, path))
+    proc = subprocess.run(argv, input=data, capture_output=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_runpod_teardown_ends_in_one_api_stop_for_the_approved_host_only(fleet, tmp_path):
+    """The user's runpod.yml, a verified pull, approval of lab-01 only: the fake records exactly one DELETE of
+    lab-01's pod, which lands in lab-01's meter log; lab-02 (not approved) gets nothing; runpodctl never runs."""
+    from lab_teardown_support import safetensors_bytes, torch_zip_bytes  # pylint: disable=import-outside-toplevel
+    hosts = ("lab-01", "lab-02")
+    pods = [fake_api.runpod_pod(i, *address(fleet, host), name=host) for i, host in enumerate(hosts, 1)]
+    fake = fake_api.FakeAPI("runpod", KEY, pods).start()
+    fake.on_lifecycle = fake_api.meter_log_hook(
+        {pod["id"]: (host, fleet.hosts[host]["lab_meter_log"]) for pod, host in zip(pods, hosts)})
+    for host in hosts:
+        open(fleet.hosts[host]["lab_meter_log"], "w", encoding="utf-8").close()
+    run_id = "provider-teardown"
+    roster = ["best.pt", "model.safetensors", "metrics.json"]
+    for host in hosts:
+        root = "/workspace/runs/%s" % run_id
+        put(fleet, host, root + "/best.pt", torch_zip_bytes())
+        put(fleet, host, root + "/model.safetensors", safetensors_bytes())
+        put(fleet, host, root + "/metrics.json", json.dumps({"host": host}).encode())
+    pulls = tmp_path / "pulls"
+    try:
+        config = user_inventory(fleet, tmp_path, "runpod", fake.url)
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), RUNPOD_API_KEY=KEY)
+        proc = subprocess.run(
+            [os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(config),
+             os.path.join(REPO, "playbooks", "teardown.yml"), "-l", "runpod", "-vvv",
+             "-e", json.dumps({"teardown_run_id": run_id, "teardown_roster": roster,
+                               "teardown_pull_root": str(pulls)}),
+             "-e", "teardown_approve=lab-01"],
+            capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False)
+    finally:
+        fake.stop()
+    out = proc.stdout + proc.stderr
+    assert "teardown refused for lab-02" in out, out[-4000:]  # not approved: the gate fails it, rc != 0
+    assert (pulls / "lab-01" / run_id / "PULL_VERIFIED.json").exists(), out[-4000:]
+    verbs = [(r["method"], r["path"]) for r in fake.api_requests() if r["method"] != "GET"]
+    assert verbs == [("DELETE", "/v1/pods/fakepod0001")], out[-4000:]
+    assert all(r["auth_ok"] for r in fake.api_requests())
+    lines = fleet.meter("lab-01")
+    assert [line["argv"] for line in lines] == [["provider-api", "runpod", "terminate", "fakepod0001"]], lines
+    assert fleet.meter("lab-02") == []
+    receipt_text = (pulls / "lab-01" / run_id / "TEARDOWN_RECEIPT.json").read_text()
+    receipt = json.loads(receipt_text)
+    assert receipt["acted"] is True and receipt["command"] == [] and receipt["verb"] == "terminate"
+    assert (receipt["api"]["provider"], receipt["api"]["id"], receipt["api"]["state"], receipt["api"]["verb"],
+            receipt["api"]["request"]) == ("runpod", "fakepod0001", "absent", "terminate", "DELETE /pods/fakepod0001")
+    assert not (pulls / "lab-02" / run_id / "TEARDOWN_RECEIPT.json").exists()
+    reports = "".join(p.read_text() for p in pulls.rglob("*.json"))
+    assert (out + reports).count(KEY) == 0

@@ -19,6 +19,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings as gf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query as gq
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_errors as smi_errors
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import xid
 
 NVIDIA = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia"
@@ -285,7 +286,7 @@ def test_fallen_off_bus_without_xid_fails():
 # ----------------------------------------------------------------------------------------- probe findings, verdicts
 
 def test_probe_findings():
-    error = smi.classify_error(read("errors/no-driver__nvidia-smi-has-failed__exit9.txt"), 9)
+    error = smi_errors.classify_error(read("errors/no-driver__nvidia-smi-has-failed__exit9.txt"), 9)
     options = {"platform_stop_hint": HINT}
     unavailable = gf.driver_unavailable(error, options)
     assert (unavailable["level"], unavailable["code"], unavailable["error"]) == ("FAIL", "driver_unavailable", "no_driver")

@@ -1,4 +1,5 @@
-"""module_utils/gpu_health.py: the parameter checks, the sampling loop and the bounded, non-blocking kernel log read."""
+"""module_utils/gpu_health.py and kernel_log.py: the parameter checks, the sampling loop and the bounded, non-blocking
+kernel log read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_health as gh
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import SmiError
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS
 
@@ -18,17 +20,17 @@ OPTIONS = dict(expected_count=None, expected_name=None, min_memory_mib=None, tem
 
 
 def test_log_file_reads_only_the_tail_and_refuses_what_is_not_a_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(gh, "MAX_KERNEL_LOG_BYTES", 64)
+    monkeypatch.setattr(kernel_log, "MAX_KERNEL_LOG_BYTES", 64)
     log = tmp_path / "kern.log"
     log.write_text("old line that is cut away\n" * 10 + "the newest line\n")
-    text, reason = gh.read_log_file(str(log))
+    text, reason = kernel_log.read_log_file(str(log))
     assert reason is None and len(text) == 64 and text.endswith("the newest line\n")
-    assert gh.read_log_file(str(tmp_path / "absent"))[0] is None
+    assert kernel_log.read_log_file(str(tmp_path / "absent"))[0] is None
     fifo = tmp_path / "fifo"
     os.mkfifo(str(fifo))
     for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a character device"), (str(tmp_path), "a directory")):
-        with pytest.raises(gh.GpuHealthError, match="is %s, not a regular file" % kind):
-            gh.read_log_file(path)
+        with pytest.raises(kernel_log.KernelLogError, match="is %s, not a regular file" % kind):
+            kernel_log.read_log_file(path)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -110,6 +112,6 @@ def test_kernel_log_auto_reports_why_each_source_failed(monkeypatch):
     def run(argv, timeout, grace):
         calls.append((argv, timeout, grace))
         return None, "", ""
-    monkeypatch.setattr(gh, "run_with_timeout", run)
-    assert gh.read_kernel_log(Module, "auto", 7) == (None, "journalctl not installed; dmesg timed out")
-    assert calls == [(["/bin/dmesg"], 7, gh.KILL_GRACE_SECONDS)]
+    monkeypatch.setattr(kernel_log, "run_with_timeout", run)
+    assert kernel_log.read_kernel_log(Module, "auto", 7) == (None, "journalctl not installed; dmesg timed out")
+    assert calls == [(["/bin/dmesg"], 7, kernel_log.KILL_GRACE_SECONDS)]

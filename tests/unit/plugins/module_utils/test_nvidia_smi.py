@@ -13,6 +13,7 @@ import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_query as gq
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_errors as smi_errors
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_gpu as smi_gpu
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_text as smi_text
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import nvidia_smi_xml as smi_xml
@@ -383,19 +384,19 @@ def test_error_table_covers_every_capture():
 def test_error_outputs_are_recognised(name):
     rel = "errors/" + name
     rc = MANIFEST[rel]["exit_code"]
-    error = smi.classify_error(read(rel), rc if rc is not None else 255)
+    error = smi_errors.classify_error(read(rel), rc if rc is not None else 255)
     assert error["kind"] == ERROR_KINDS[name]
     assert error["evidence"] and error["meaning"] and error["action"]
 
 
 def test_error_bus_ids():
-    lost = smi.classify_error(read("errors/unknown-error__device-handle__NO-space-after-GPU-2024.txt"), 255)
+    lost = smi_errors.classify_error(read("errors/unknown-error__device-handle__NO-space-after-GPU-2024.txt"), 255)
     assert lost["pci"] == "0000:07:00"
-    inforom = smi.classify_error(
+    inforom = smi_errors.classify_error(
         read("errors/inforom-corrupted__table-then-WARNING__tesla-p100__470.82.01__exit14__DEINDENTED.txt"), 14)
     assert inforom["pci"] == "0000:0b:00"
 
 
 def test_clean_output_is_not_an_error():
-    assert smi.classify_error(read("q-text/q__1x-nvidia-l4__550.90.07__thamada.txt"), 0) is None
-    assert smi.classify_error("", 2)["kind"] == "exit_2"
+    assert smi_errors.classify_error(read("q-text/q__1x-nvidia-l4__550.90.07__thamada.txt"), 0) is None
+    assert smi_errors.classify_error("", 2)["kind"] == "exit_2"

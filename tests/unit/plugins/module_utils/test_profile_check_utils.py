@@ -166,3 +166,13 @@ def test_the_profile_key_sees_nested_values_and_types():
 def test_profile_values_keeps_only_the_trainer_keys():
     assert profile_check.profile_values({"trainer_a": 1, "ansible_user": "root", "lab_x": 2}) == {"trainer_a": 1}
     assert profile_check.unknown_keys(SPEC, {"trainer_a": 1, "trainer_data_dir": "/x", "other": 2}) == ["trainer_a"]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("/root/autodl-tmp", False), (42, False), (None, False), ([], False), ({"verb": "shutdown"}, False),
+    ("{{ runpod_pod_id | default('$RUNPOD_POD_ID') }}", True), ("{% if x %}a{% endif %}", True),
+    ("{# note #}", True), (["shutdown", ["-h", "{{ when }}"]], True), ({"api": {"instance_id": "{{ i }}"}}, True),
+    ({"{{ key }}": 1}, True), ("a { b } c", False),
+])
+def test_only_values_with_jinja_syntax_are_templated(value, expected):
+    assert profile_check.has_template(value) is expected

@@ -139,3 +139,68 @@ def test_unique_names_suffix_ids_of_shared_names():
     hosts = [ph.runpod_host(fake.runpod_pod(i, "h", 1, name="same")) for i in (1, 2)]
     hosts.append(ph.runpod_host(fake.runpod_pod(3, "h", 1, name="other thing")))
     assert [h["name"] for h in ph.unique_names(hosts)] == ["same-fakepod0001", "same-fakepod0002", "other-thing"]
+
+
+# --- Lambda Cloud -------------------------------------------------------------------------------------------------
+
+def test_lambda_active_instance_is_addressed_at_ip_port_22():
+    inst = fake.lambda_instance(1, "198.51.100.31", gpus=8, cents=2392, gpu="H100 (80 GB SXM5)")
+    host = ph.lambda_host(inst)
+    assert (host["state"], host["address"], host["port"], host["name"]) == ("ready", "198.51.100.31", 22, "train-1")
+    hv = host["hostvars"]
+    assert (hv["gpu_type"], hv["gpu_count"], hv["region"], hv["price_per_hour"], hv["interruptible"],
+            hv["lambda_instance_id"]) == ("H100 (80 GB SXM5)", 8, "us-east-1", 23.92, False, inst["id"])
+    assert "jupyter_token" not in hv["lambda"] and "jupyter_url" not in hv["lambda"]
+
+
+@pytest.mark.parametrize("status,ip,state", [("booting", None, "starting"), ("active", None, "starting"),
+                                             ("active", "", "starting"), ("unhealthy", "198.51.100.1", "ready"),
+                                             ("terminating", "198.51.100.1", "stopped"),
+                                             ("terminated", "198.51.100.1", "stopped"), (None, None, "starting")])
+def test_lambda_status_to_state(status, ip, state):
+    host = ph.lambda_host(fake.lambda_instance(2, ip, status=status))
+    assert host["state"] == state and (host["address"] is None) == (state != "ready")
+
+
+def test_lambda_missing_type_and_region_are_none():
+    host = ph.lambda_host({"id": "abc", "status": "active", "ip": "198.51.100.1", "instance_type": "x", "region": 3})
+    hv = host["hostvars"]
+    assert (hv["gpu_type"], hv["gpu_count"], hv["region"], hv["price_per_hour"]) == (None, None, None, None)
+
+
+# --- AutoDL Pro ---------------------------------------------------------------------------------------------------
+
+def autodl_record(*args, **kw):
+    record = fake.autodl_instance(*args, **kw)
+    record["snapshot"] = record.pop("_snapshot")
+    return record
+
+
+def test_autodl_running_instance_is_addressed_at_the_snapshot_proxy():
+    host = ph.autodl_host(autodl_record(1, "connect.westb.seetacloud.com", 41001, payg_milli=1880))
+    assert (host["state"], host["address"], host["port"], host["id"]) == \
+        ("ready", "connect.westb.seetacloud.com", 41001, "pro-fake0000001")
+    hv = host["hostvars"]
+    assert (hv["gpu_type"], hv["gpu_count"], hv["region"], hv["price_per_hour"], hv["interruptible"],
+            hv["autodl_instance_uuid"]) == ("RTX 4090D", 1, "西北B区", 1.88, False, "pro-fake0000001")
+    assert "root_password" not in hv["autodl"]["snapshot"] and "ssh_command" not in hv["autodl"]["snapshot"]
+
+
+@pytest.mark.parametrize("status,state", [("shutdown", "stopped"), ("released", "stopped"),
+                                          ("starting", "starting"), ("creating", "starting"), (None, "starting")])
+def test_autodl_status_to_state(status, state):
+    assert ph.autodl_host(autodl_record(2, "h", 41002, status=status))["state"] == state
+
+
+def test_autodl_running_without_a_snapshot_address_is_starting():
+    record = autodl_record(3, "h", 41003)
+    record["snapshot"] = {}
+    assert ph.autodl_host(record)["state"] == "starting"
+    del record["snapshot"]
+    assert ph.autodl_host(record)["state"] == "starting"
+
+
+@pytest.mark.parametrize("record", [None, "x", [], {"status": "running"}, {"uuid": ""}])
+def test_autodl_bad_record_is_a_value_error(record):
+    with pytest.raises(ValueError):
+        ph.autodl_host(record)

@@ -155,3 +155,47 @@ def test_key_in_a_url_is_scrubbed_from_messages(fake):
 def test_api_url_must_be_http():
     with pytest.raises(ProviderAPIError, match="http"):
         client("file:///etc/passwd")
+
+
+# --- methods with a body, the bare-token scheme (AutoDL), AutoDL's 200-with-an-error-code ------------------------
+
+def test_post_with_a_json_body_and_the_bare_token_scheme():
+    server = fake_api.FakeAPI("autodl", KEY, fake_api.records_for("autodl", [("127.0.0.1", 2222)])).start()
+    try:
+        http = ProviderHTTP("autodl", server.url, KEY, "AUTODL_TOKEN", auth_scheme=None)
+        body = http.request_json("POST", "/api/v1/dev/instance/pro/list", body={"page_index": 1, "page_size": 10})
+        assert body["code"] == "Success" and body["data"]["list"][0]["uuid"] == "pro-fake0000001"
+        assert "_snapshot" not in body["data"]["list"][0]
+        (req,) = server.api_requests()
+        assert req["method"] == "POST" and req["auth_ok"] and req["body"] == {"page_index": 1, "page_size": 10}
+        bearer = ProviderHTTP("autodl", server.url, KEY, "AUTODL_TOKEN", retry_budget=0)
+        with pytest.raises(ProviderAPIError, match="AUTODL_TOKEN"):  # "Bearer <token>" is not what AutoDL takes
+            bearer.request_json("POST", "/api/v1/dev/instance/pro/list", body={})
+    finally:
+        server.stop()
+
+
+def test_empty_answer_to_a_verb_is_none():
+    server = fake_api.FakeAPI("runpod", KEY, fake_api.records_for("runpod", [("127.0.0.1", 2222)])).start()
+    try:
+        server.answer = lambda *args: (200, None)
+        assert client(server.url).request_json("POST", "/pods/x/stop") is None
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"code": "Success", "msg": "", "data": {"list": []}}, None),
+    ({"code": "InstanceNotShutdown", "msg": "请先关机"}, "answered error code InstanceNotShutdown (HTTP 200): 请先关机."),
+    ({"code": "AuthorizeFailed", "msg": "bad"}, "Set the environment variable AUTODL_TOKEN"),
+    ([1, 2], "not AutoDL's {code, msg, data} object"),
+    ({"data": {}}, "not AutoDL's {code, msg, data} object"),
+])
+def test_autodl_data(body, words):
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import autodl_data
+    if words is None:
+        assert autodl_data(body, "POST list") == {"list": []}
+    else:
+        with pytest.raises(ProviderAPIError) as err:
+            autodl_data(body, "POST list")
+        assert words in str(err.value)

@@ -101,6 +101,19 @@ def test_a_queue_record_launch_did_not_write_is_a_warning_not_a_grade(module_run
     assert "queue_record_invalid" in codes(result) and "job_gone_incomplete" in codes(result)
 
 
+def test_a_queue_record_behind_a_symlink_is_never_followed(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "q", items=[("000", 0)])
+    elsewhere = tmp_path / "planted.json"  # a valid record, so only the refusal to follow can make it invalid
+    elsewhere.write_text(json.dumps({"version": 1, "run_id": "x", "queue_length": 1, "items": [{"item": "000"}]}))
+    os.symlink(str(elsewhere), str(job_dir / "queue.json"))
+    result = report(module_runner, {"run_dir": str(run_dir), "jobs": [{"name": "q", "queue_length": 2}]})
+    (job,) = result["jobs"]
+    assert (job["items_total"], job["items_source"]) == (2, "queue_length")
+    assert any(f["code"] == "queue_record_invalid" and "not a readable regular file" in f["message"]
+               for f in result["findings"])
+
+
 def test_missing_job_and_bad_input(module_runner, tmp_path):
     result = report(module_runner, {"name": "nope", "run_dir": str(tmp_path)})
     assert codes(result) == ["job_missing"] and result["status"] == "FAIL"

@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: lambda_cloud
+short_description: Lambda Cloud instances as inventory hosts, through Lambda's Cloud API
+version_added: 0.1.0
+description:
+  - Lists the account's instances with Lambda's Cloud API (C(GET /api/v1/instances), one unpaged answer whose
+    C(data) is the list of instances) and makes each active instance a host of the group C(lambda), addressed at its public
+    C(ip), port 22. The SSH user C(ubuntu) comes from C(group_vars/lambda.yml), as for a static inventory.
+  - An instance that Lambda reports as C(booting), or active without an IP yet, goes into the group C(starting), with
+    no address, and a warning. C(terminating) and C(terminated) instances are left out (see O(include_stopped)).
+  - The first of the instance's C(file_system_names) becomes C(lambda_nfs_name), so the profile's durable directory
+    is C(/lambda/nfs/<name>), where Lambda mounts it.
+  - C(price_per_hour) is the instance type's C(price_cents_per_hour) / 100 (USD); Lambda has no spot market, so
+    C(interruptible) is always false.
+  - The API key comes from O(api_key) or the environment variable E(LAMBDA_API_KEY), sent as a bearer token.
+  - The configuration file's name must end in C(lambda_cloud.yml) or C(lambda_cloud.yaml).
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+extends_documentation_fragment:
+  - constructed
+  - inventory_cache
+  - remote_gpu.trainer.provider_inventory
+options:
+  plugin:
+    description: The name of this plugin; the file is used only when it says this.
+    required: true
+    type: str
+    choices:
+      - remote_gpu.trainer.lambda_cloud
+  api_url:
+    description:
+      - Base URL of Lambda's Cloud API (the plugin calls C(<api_url>/api/v1/instances)). Change it for a proxy or the
+        test fake.
+    type: str
+    default: https://cloud.lambda.ai
+"""
+
+EXAMPLES = r"""
+# The smallest lambda_cloud.yml (the key comes from LAMBDA_API_KEY) is one line:
+#   plugin: remote_gpu.trainer.lambda_cloud
+#
+# lambda_cloud.yml: grouped by region, 8-GPU boxes in their own group
+plugin: remote_gpu.trainer.lambda_cloud
+keyed_groups:
+  - key: region
+    prefix: region
+groups:
+  lambda_8x: gpu_count == 8
+"""
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import lambda_host
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.provider_inventory import ProviderInventory
+
+
+class InventoryModule(ProviderInventory):
+    NAME = "remote_gpu.trainer.lambda_cloud"
+    PROVIDER = "lambda"
+    FILE_SUFFIX = "lambda_cloud"
+    ENV_VAR = "LAMBDA_API_KEY"
+    DEFAULT_URL = "https://cloud.lambda.ai"
+    to_host = staticmethod(lambda_host)
+
+    def fetch(self, client):
+        body = client.get_json("/api/v1/instances")
+        if not isinstance(body, dict) or not isinstance(body.get("data"), list):
+            raise ProviderAPIError("lambda: GET /api/v1/instances has no list 'data'; nothing from this source is used.",
+                                   kind="malformed")
+        return body["data"]

@@ -1,0 +1,231 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: instance
+short_description: Stop, start or terminate a rented GPU instance through its provider's API
+version_added: 0.1.0
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
+description:
+  - Brings one instance of RunPod, vast.ai, Lambda Cloud or AutoDL 容器实例 Pro to O(state) through the provider's own
+    API, and waits until the provider reports that state (or until O(timeout)).
+  - Idempotent. It first reads the instance's state; stopping a stopped instance, or terminating one that is gone,
+    changes nothing.
+  - "The verbs: RunPod C(POST /v1/pods/{id}/stop), C(POST /v1/pods/{id}/start), C(DELETE /v1/pods/{id}); vast.ai
+    C(PUT /api/v0/instances/{id}/) with C(state) C(stopped) or C(running), C(DELETE /api/v0/instances/{id}/); Lambda
+    C(POST /api/v1/instance-operations/terminate); AutoDL Pro C(POST /api/v1/dev/instance/pro/power_off), C(power_on)
+    and C(release)."
+  - A verb that the provider does not have fails with a clear message and calls nothing. Lambda has no stop and no
+    start (only terminate). AutoDL Pro releases only a powered-off instance; the module never powers off implicitly
+    before a release, so O(state=absent) on a running AutoDL instance fails and asks for O(state=stopped) first.
+  - Run it on the controller (C(delegate_to localhost)); it needs no access to the instance itself.
+  - The API key is never shown, at any verbosity; messages are scrubbed of it.
+extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
+attributes:
+  check_mode:
+    support: full
+    details: Reads the instance's state and reports the verb it would call; calls no verb.
+options:
+  provider:
+    description: The instance's provider.
+    type: str
+    required: true
+    choices: [runpod, vastai, lambda, autodl]
+  id:
+    description:
+      - The provider's id of the instance (RunPod pod id, vast.ai instance id, Lambda instance id, AutoDL Pro
+        C(instance_uuid)). The inventory plugins set it as C(provider_id).
+    type: str
+    required: true
+  state:
+    description:
+      - V(running) starts a stopped instance, V(stopped) stops it (its disk is kept and may still bill), V(absent)
+        terminates it (RunPod terminate, vast.ai destroy, Lambda terminate, AutoDL release), which deletes its disks.
+    type: str
+    required: true
+    choices: [running, stopped, absent]
+  api_key:
+    description:
+      - The provider's API key.
+      - When unset, the module reads the provider's environment variable on the controller, E(RUNPOD_API_KEY),
+        E(VAST_API_KEY), E(LAMBDA_API_KEY) or E(AUTODL_TOKEN).
+    type: str
+  api_url:
+    description:
+      - Base URL of the provider's API, as for the inventory plugins (RunPod C(https://rest.runpod.io/v1), vast.ai
+        C(https://console.vast.ai), Lambda C(https://cloud.lambda.ai), AutoDL C(https://api.autodl.com)). Change it for
+        a proxy or the test fake.
+    type: str
+  wait:
+    description: Wait until the provider reports O(state). Also waits for an instance in a transition to settle first.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds to wait for O(state) (and for a transition to settle).
+    type: int
+    default: 600
+  poll_interval:
+    description: Seconds between two reads of the instance's state while waiting.
+    type: float
+    default: 5
+  retry_budget:
+    description: Seconds spent retrying one request answered with 429, a 5xx or a network error (with backoff).
+    type: float
+    default: 60
+"""
+
+EXAMPLES = r"""
+- name: Stop a RunPod pod (the key comes from RUNPOD_API_KEY on the controller)
+  remote_gpu.trainer.instance:
+    provider: runpod
+    id: "{{ provider_id }}"
+    state: stopped
+  delegate_to: localhost
+
+- name: Terminate a Lambda instance without waiting
+  remote_gpu.trainer.instance:
+    provider: lambda
+    id: "{{ lambda_instance_id }}"
+    state: absent
+    wait: false
+  delegate_to: localhost
+
+- name: Power off, then release, an AutoDL Pro instance
+  remote_gpu.trainer.instance:
+    provider: autodl
+    id: "{{ autodl_instance_uuid }}"
+    state: "{{ item }}"
+  loop: [stopped, absent]
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+provider:
+  description: The provider.
+  type: str
+  returned: always
+  sample: runpod
+id:
+  description: The instance's id.
+  type: str
+  returned: always
+  sample: fakepod0001
+state:
+  description: The wanted state.
+  type: str
+  returned: always
+  sample: stopped
+previous:
+  description: The state the provider reported before (running, stopped, absent or transition).
+  type: str
+  returned: when the state could be read
+  sample: running
+current:
+  description: The state the provider reports at the end (the wanted one, unless the wait timed out or O(wait=false)).
+  type: str
+  returned: when the state could be read
+  sample: stopped
+provider_status:
+  description: The provider's own status word at the end (RunPod C(desiredStatus), vast.ai C(actual_status), ...).
+  type: str
+  returned: when the state could be read
+  sample: EXITED
+verb:
+  description: The provider's verb called (or that would be called in check mode); null when nothing was to be done.
+  type: str
+  returned: always
+  sample: stop
+request:
+  description: The API request of the verb, method and path (no key, no body).
+  type: str
+  returned: always
+  sample: POST /pods/fakepod0001/stop
+waited:
+  description: Whether the module waited for the provider to report O(state), and reached it.
+  type: bool
+  returned: always
+  sample: true
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, scrub
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
+    PROVIDERS, Lifecycle, make_client, plan)
+
+
+def run(module, result):
+    params = module.params
+    provider, pid, state = params["provider"], str(params["id"] or "").strip(), params["state"]
+    env_var = PROVIDERS[provider]["env_var"]
+    if not pid:
+        module.fail_json(msg="%s: id is empty; give the provider's id of the instance (provider_id)." % provider,
+                         **result)
+    key = params["api_key"] if params["api_key"] not in (None, "") else os.environ.get(env_var, "")
+    key = (key or "").strip()
+    if not key:
+        module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
+                             "api_key." % (provider, env_var), **result)
+    client = make_client(provider, key, params["api_url"], retry_budget=params["retry_budget"])
+    life = Lifecycle(provider, client)
+    interval = max(0.05, float(params["poll_interval"]))
+    current, raw = life.read(pid)
+    result.update(previous=current, current=current, provider_status=raw)
+    if current == "transition" and params["wait"]:
+        current, raw = life.settle(pid, params["timeout"], interval)
+        result.update(current=current, provider_status=raw)
+    request = plan(provider, state, current, pid)
+    if request is None:
+        return result
+    result.update(changed=True, verb=request["name"], request="%s %s" % (request["method"], request["path"]))
+    if module.check_mode:
+        return result
+    life.act(request)
+    if params["wait"]:
+        reached, current, raw = life.wait_for(pid, state, params["timeout"], interval)
+        result.update(current=current, provider_status=raw, waited=reached)
+        if not reached:
+            module.fail_json(msg="%s: called %s on %s, but after %d s the provider still reports %s (%s), not %s."
+                                 % (provider, request["name"], pid, params["timeout"], current, raw, state), **result)
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            provider=dict(type="str", required=True, choices=sorted(PROVIDERS)),
+            id=dict(type="str", required=True),
+            state=dict(type="str", required=True, choices=["running", "stopped", "absent"]),
+            api_key=dict(type="str", no_log=True),
+            api_url=dict(type="str"),
+            wait=dict(type="bool", default=True),
+            timeout=dict(type="int", default=600),
+            poll_interval=dict(type="float", default=5),
+            retry_budget=dict(type="float", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    secret = module.params["api_key"] or os.environ.get(PROVIDERS[module.params["provider"]]["env_var"])
+    result = {"changed": False, "provider": module.params["provider"], "id": str(module.params["id"] or "").strip(),
+              "state": module.params["state"], "verb": None, "request": None, "waited": False}
+    try:
+        module.exit_json(**run(module, result))
+    except ProviderAPIError as err:
+        module.fail_json(msg=scrub(str(err), secret), error_kind=err.kind, **result)
+    except Exception as err:  # pylint: disable=broad-except
+        module.fail_json(msg=scrub("%s: unexpected failure: %s: %s" % (module.params["provider"], type(err).__name__,
+                                                                       err), secret), **result)
+
+
+if __name__ == "__main__":
+    main()

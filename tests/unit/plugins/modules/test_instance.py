@@ -1,0 +1,165 @@
+"""The instance module against the loopback fakes of the providers' APIs: verbs, idempotence, check mode, waits,
+clear refusals, and a key that never shows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.modules import instance
+
+_FAKE = pathlib.Path(__file__).resolve().parents[3] / "lab" / "providers" / "fake_api.py"
+_spec = importlib.util.spec_from_file_location("fake_api", _FAKE)
+fake_api = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_api)
+
+KEY = "LIFECYCLE-KEY-0f1e2d-never-shown"
+FIRST_ID = {"runpod": "fakepod0001", "vastai": "9000001", "lambda": "0920582c7ff041399e34823a0be00001",
+            "autodl": "pro-fake0000001"}
+
+
+@pytest.fixture
+def serve():
+    started = []
+
+    def _serve(provider, count=1):
+        fake = fake_api.FakeAPI(provider, KEY, fake_api.records_for(
+            provider, [("198.51.100.%d" % i, 40000 + i) for i in range(1, count + 1)])).start()
+        started.append(fake)
+        return fake
+
+    yield _serve
+    for fake in started:
+        fake.stop()
+
+
+def args(fake, state, pid=None, **kw):
+    base = {"provider": fake.provider, "id": pid or FIRST_ID[fake.provider], "state": state, "api_key": KEY,
+            "api_url": fake.url, "poll_interval": 0.05, "timeout": 5, "retry_budget": 2}
+    base.update(kw)
+    return base
+
+
+def verbs(fake):
+    return [(r["method"], r["path"]) for r in fake.api_requests() if r["method"] != "GET"]
+
+
+@pytest.mark.parametrize("provider,verb", [
+    ("runpod", ("POST", "/v1/pods/fakepod0001/stop")),
+    ("vastai", ("PUT", "/api/v0/instances/9000001/")),
+    ("autodl", ("POST", "/api/v1/dev/instance/pro/power_off")),
+])
+def test_stop_then_stop_again_changes_nothing(module_runner, serve, provider, verb):
+    fake = serve(provider)
+    hits = []
+    fake.on_lifecycle = lambda record, name, prov: hits.append((prov, name))
+    failed, result = module_runner(instance, args(fake, "stopped"))
+    assert not failed and result["changed"] and result["current"] == "stopped" and result["waited"], result
+    assert verbs(fake) == [verb] and hits == [(provider, "stop")]
+    failed, again = module_runner(instance, args(fake, "stopped"))
+    assert not failed and again["changed"] is False and again["verb"] is None
+    assert verbs(fake) == [verb]  # no second call
+    failed, started = module_runner(instance, args(fake, "running"))
+    assert not failed and started["changed"] and started["current"] == "running"
+    assert hits == [(provider, "stop"), (provider, "start")]
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vastai", "lambda"])
+def test_terminate_and_terminate_again(module_runner, serve, provider):
+    fake = serve(provider, count=2)
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert not failed and result["changed"] and result["current"] == "absent", result
+    failed, again = module_runner(instance, args(fake, "absent"))
+    assert not failed and again["changed"] is False
+    assert len(verbs(fake)) == 1
+    assert fake.find(FIRST_ID[provider]) is None or fake.find(FIRST_ID[provider])["status"] == "terminated"
+
+
+def test_lambda_stop_fails_clearly_and_calls_nothing(module_runner, serve):
+    fake = serve("lambda")
+    failed, result = module_runner(instance, args(fake, "stopped"))
+    assert failed and "Lambda Cloud has no stop" in result["msg"] and verbs(fake) == []
+
+
+def test_autodl_release_of_a_running_instance_fails_and_after_power_off_works(module_runner, serve):
+    fake = serve("autodl")
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert failed and "releases only a powered-off instance" in result["msg"] and verbs(fake) == []
+    assert not module_runner(instance, args(fake, "stopped"))[0]
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert not failed and result["changed"] and result["verb"] == "release" and fake.find(FIRST_ID["autodl"]) is None
+
+
+def test_autodl_200_with_an_error_code_fails_with_the_code(module_runner, serve):
+    fake = serve("autodl")
+    fake.inject({}, {"code": "InsufficientBalance", "msg": "余额不足"})  # the status read passes; the verb fails
+    failed, result = module_runner(instance, args(fake, "stopped"))
+    assert failed and "error code InsufficientBalance (HTTP 200)" in result["msg"]
+
+
+def test_check_mode_calls_no_verb(module_runner, serve):
+    fake = serve("runpod")
+    failed, result = module_runner(instance, dict(args(fake, "stopped"), _ansible_check_mode=True))
+    assert not failed and result["changed"] and result["verb"] == "stop"
+    assert result["request"] == "POST /pods/fakepod0001/stop" and verbs(fake) == []
+    assert fake.find("fakepod0001")["desiredStatus"] == "RUNNING"
+
+
+def test_wait_times_out_when_the_provider_never_reports_the_state(module_runner, serve):
+    fake = serve("runpod")
+    real = fake.answer
+
+    def stuck(path, query, method="GET", body=None):
+        status, answer = real(path, query, method, body)
+        if method == "POST":
+            fake.find("fakepod0001")["desiredStatus"] = "RUNNING"  # the stop never lands
+        return status, answer
+
+    fake.answer = stuck
+    failed, result = module_runner(instance, args(fake, "stopped", timeout=1))
+    assert failed and "after 1 s the provider still reports running" in result["msg"] and result["changed"]
+
+
+def test_wait_false_returns_after_the_verb(module_runner, serve):
+    fake = serve("lambda")
+    failed, result = module_runner(instance, args(fake, "absent", wait=False))
+    assert not failed and result["changed"] and result["waited"] is False
+    assert [r["method"] for r in fake.api_requests()] == ["GET", "POST"]
+
+
+@pytest.mark.parametrize("provider", sorted(FIRST_ID))
+def test_unknown_instance_is_a_clear_error(module_runner, serve, provider):
+    fake = serve(provider)
+    failed, result = module_runner(instance, args(fake, "stopped" if provider != "lambda" else "absent", pid="nope"))
+    if provider == "lambda":  # terminating what does not exist is already done
+        assert not failed and result["changed"] is False
+    else:
+        assert failed and "does not exist" in result["msg"]
+
+
+def test_no_key_names_the_env_var(module_runner, serve, monkeypatch):
+    fake = serve("vastai")
+    monkeypatch.delenv("VAST_API_KEY", raising=False)
+    failed, result = module_runner(instance, dict(args(fake, "stopped"), api_key=None))
+    assert failed and "Set the environment variable VAST_API_KEY" in result["msg"] and fake.api_requests() == []
+
+
+def test_key_from_the_env_var_and_wrong_key_never_shown(module_runner, serve, monkeypatch):
+    fake = serve("runpod")
+    monkeypatch.setenv("RUNPOD_API_KEY", KEY)
+    failed, result = module_runner(instance, dict(args(fake, "stopped"), api_key=None))
+    assert not failed and result["changed"]
+    wrong = "WRONG-KEY-abcdef-never-shown"
+    failed, result = module_runner(instance, dict(args(fake, "running"), api_key=wrong))
+    assert failed and "HTTP 401" in result["msg"] and "RUNPOD_API_KEY" in result["msg"]
+    assert wrong not in json.dumps(result) and KEY not in json.dumps(result)
+
+
+@pytest.mark.parametrize("bad", [{"provider": "aws"}, {"state": "paused"}, {"id": ""}, {"timeout": "soon"}])
+def test_bad_input_is_a_message_not_a_traceback(module_runner, serve, bad):
+    fake = serve("runpod")
+    failed, result = module_runner(instance, dict(args(fake, "stopped"), **bad))
+    assert failed and "Traceback" not in result["msg"] and result["msg"]
