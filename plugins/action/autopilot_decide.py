@@ -48,6 +48,22 @@ def history_of(history_dir, host):
     return records, warnings
 
 
+def park_problem(decision, environ=None):
+    """Why the park the decision names cannot run, or None: a command with a ``$VAR`` placeholder, an API park
+    without the instance's id or without its key's variable on the controller."""
+    environ = os.environ if environ is None else environ
+    if decision.get("via") == "command":
+        placeholders = unresolved_placeholders(decision.get("command"))
+        return "its command still holds %s (set the matching inventory variable)" % ", ".join(
+            placeholders) if placeholders else None
+    api = decision.get("api") or {}
+    if not str(api.get("id") or "").strip():
+        return "the %s instance id is unknown (use the inventory plugin, or set it)" % api.get("provider")
+    if not environ.get(str(api.get("key_env") or "")):
+        return "the environment variable %s is not set on the controller" % (api.get("key_env") or "(none named)")
+    return None
+
+
 def decide_host(host, host_vars, args, now, check_mode):
     """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
     raw = dict((key, _host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
@@ -65,13 +81,14 @@ def decide_host(host, host_vars, args, now, check_mode):
     if settings is not None:
         meter_stop = _host_var(host_vars, "trainer_meter_stop")
         found = autopilot.decide(host, probe, history, settings, meter_stop, now, job_name=args["job"],
-                                 billing=host_billing(host_vars))
-        if found["action"] == "park":
-            placeholders = unresolved_placeholders(found.get("command"))
-            if placeholders:
-                found.update(action="escalate", state="idle_manual", reason=found["reason"] + "; but the meter-stop "
-                             "command still holds %s: set the matching inventory variable" % ", ".join(placeholders))
-                found["events"] = autopilot.change_events(host, found.get("previous"), found)
+                                 billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"))
+        problem = park_problem(found) if found.get("wanted") == "park" else None
+        if problem and found["action"] == "park":
+            found.update(action="escalate", wanted="escalate", state="idle_manual",
+                         reason=found["reason"] + "; but %s, so it cannot be parked: park it by hand" % problem)
+            found["events"] = autopilot.change_events(host, found.get("previous"), found)
+        elif problem:
+            found["reason"] += "; and %s" % problem
     found["notify"] = bool(settings and settings["notify"])
     found["open"] = found["action"] == "park" and not check_mode
     found["act"] = found["action"] if found["action"] in ACTS and not check_mode else None
@@ -87,6 +104,11 @@ def outcome_of(decision, host_vars, args):
     result = _host_var(host_vars, var)
     if not isinstance(result, dict) or result.get("skipped"):
         return {"ok": False, "msg": "the %s task did not run on this host" % decision["act"]}
+    if decision["act"] == "park" and decision.get("via") == "api":
+        if result.get("failed"):
+            return {"ok": False, "msg": " ".join(str(result.get("msg") or "failed").split())[:300]}
+        return {"ok": True, "msg": "the %s API: %s" % ((decision.get("api") or {}).get("provider"),
+                                                       result.get("msg") or "stopped")}
     if decision["act"] == "park":
         if result.get("unreachable"):  # the box went down while the verb ran: what was asked
             return {"ok": True, "msg": "%s ran; the connection dropped as the box went down" % " ".join(
@@ -190,7 +212,9 @@ class ActionModule(DocumentedAction):
     def write_receipt(self, args, decision, host_vars, now):
         meter = _host_var(host_vars, "trainer_meter_stop") or {}
         receipt = {"host": decision["host"], "platform": _host_var(host_vars, "trainer_profile"),
-                   "verb": meter.get("verb"), "command": decision.get("command"), "reversible": meter.get("reversible"),
+                   "verb": decision.get("verb"), "command": decision.get("command"),
+                   "api": dict((k, v) for k, v in (decision.get("api") or {}).items() if k != "key_env") or None,
+                   "reversible": True, "meter_stop_verb": meter.get("verb"),
                    "acted": True, "ok": decision.get("ok"), "reason": decision["reason"], "run_id": decision.get("run"),
                    "by": "autopilot", "time": datetime.datetime.fromtimestamp(
                        now, datetime.timezone.utc).isoformat(timespec="seconds")}

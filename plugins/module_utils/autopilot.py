@@ -19,7 +19,9 @@ Rules (issue 11): a job gone with an incomplete queue is healed from its first u
 its first crash marker) escalates and is never restarted. A failed sync is retried alone. A host is parked only
 when its queue is complete, every item's files are verified durable (item status: ``done`` with a ``sync_dest``,
 at least one verified copy, nothing unsynced), and its GPUs have been idle for ``idle_minutes`` judged from the
-history (one sample is never enough). A verb that destroys (``reversible: false``) is never run. Anything
+history (one sample is never enough), with the profile's ``trainer_park``: a reversible stop, in the box (AutoDL
+``shutdown``) or through the provider's API (RunPod, vast.ai). The meter-stop verb is never run; where it destroys
+and there is no park, the host escalates with the teardown command. Anything
 unsynced, unreadable or a probe error means no stop, and the reason says why.
 """
 
@@ -294,7 +296,7 @@ def _retry_sync(job, settings, history, run):
                           "stopped until it is durable" % (item, files), item), settings["heal"], "heal")
 
 
-def _park(host, job, result, settings, history, meter_stop, now, billing):
+def _park(host, job, result, settings, history, meter_stop, now, billing, park):
     missing = not_durable(job)
     if missing:
         return _decision("done_unsynced", "none", "queue done, not parked: %s" % "; ".join(why for _i, why in missing),
@@ -310,30 +312,36 @@ def _park(host, job, result, settings, history, meter_stop, now, billing):
         return _decision("done", "none", "queue done and durable; GPUs idle for %d of %d min (autopilot_idle_minutes)"
                          % (int(minutes), settings["idle_minutes"]))
     meter_stop = meter_stop if isinstance(meter_stop, dict) else {}
-    verb, command = meter_stop.get("verb") or "unknown", meter_stop.get("command")
+    park = park if isinstance(park, dict) else {}
     cost = ""
     price = number((billing or {}).get("price"))
     if price:
         cost = "; about %.2f %s so far while idle" % (price * minutes / 60.0, (billing or {}).get("currency") or "")
     idle = "queue done, every file durable, GPUs idle for %d min%s" % (int(minutes), cost)
+    verb, command, api = park.get("verb") or "none", park.get("command"), park.get("api") or {}
+    if verb != "none" and isinstance(command, list) and command:
+        return _opt(_decision("done", "park", "%s: park it with %s (%s, reversible; keeps %s)" % (
+            idle, verb, " ".join(str(word) for word in command), park.get("keeps") or "the disks"), verb=verb,
+            via="command", command=[str(word) for word in command]), settings["autostop"], "autostop")
+    if verb != "none" and isinstance(api, dict) and api.get("provider"):
+        return _opt(_decision("done", "park", "%s: park it with %s through the %s API (reversible; keeps %s)" % (
+            idle, verb, api["provider"], park.get("keeps") or "the disks"), verb=verb, via="api", api=dict(api)),
+            settings["autostop"], "autostop")
     if meter_stop.get("reversible") is not True:
         return _decision("idle_destroy_only", "escalate",
                          "%s. The profile's only verb (%s) destroys the box: autopilot never runs it. When you are "
-                         "done: %s" % (idle, verb, TEARDOWN.format(host=host)), cost=cost.strip("; ") or None,
-                         teardown=TEARDOWN.format(host=host))
-    if not isinstance(command, list) or not command:
-        return _decision("idle_manual", "escalate",
-                         "%s. The profile has no in-box verb to park it (%s: %s): park it by hand"
-                         % (idle, verb, meter_stop.get("how") or "see the profile"), teardown=TEARDOWN.format(host=host))
-    return _opt(_decision("done", "park", "%s: park it with %s (%s, reversible)" % (idle, verb, " ".join(
-        str(word) for word in command)), verb=verb, command=[str(word) for word in command]),
-        settings["autostop"], "autostop")
+                         "done: %s" % (idle, meter_stop.get("verb") or "unknown", TEARDOWN.format(host=host)),
+                         cost=cost.strip("; ") or None, teardown=TEARDOWN.format(host=host))
+    return _decision("idle_manual", "escalate", "%s. The profile has no verb to park it (%s): park it by hand" % (
+        idle, park.get("how") or meter_stop.get("how") or "see the profile"), teardown=TEARDOWN.format(host=host))
 
 
-def decide(host, result, history, settings, meter_stop=None, now=0, job_name="train", billing=None):
+def decide(host, result, history, settings, meter_stop=None, now=0, job_name="train", billing=None, park=None):
     """One host's decision (pure). ``result``: the registered job_status result (unreachable, failed, skipped or
     None included); ``history``: the host's records, oldest first; ``settings``: settings_of's dict;
-    ``meter_stop``: the profile's trainer_meter_stop; ``billing``: {price, currency} when the box bills."""
+    ``meter_stop``: the profile's trainer_meter_stop (never run: it names the teardown when the box cannot be
+    parked); ``park``: the profile's trainer_park (a reversible stop, in the box or through the API); ``billing``:
+    {price, currency} when the box bills."""
     previous = previous_state(history)
     reachable, error = probe_outcome(result)
     job = None if error else job_of(result, job_name)
@@ -370,7 +378,7 @@ def decide(host, result, history, settings, meter_stop=None, now=0, job_name="tr
     elif sync_failed(job):
         found = _retry_sync(job, settings, history, run)
     else:
-        found = _park(host, job, result, settings, history, meter_stop, now, billing)
+        found = _park(host, job, result, settings, history, meter_stop, now, billing, park)
     found.update(host=host, run=run, util=gpu_util(result) if reachable and not error else None,
                  previous=previous)
     found["events"] = change_events(host, previous, _settled_view(found))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide import ActionModule, outcome_of
 
 from controller_actions import run_action
@@ -16,6 +18,7 @@ JOB = {"name": "train", "exists": True, "alive": False, "run_id": "train", "queu
        "items": [{"item": "000", "state": "done", "exit_code": 0, "finished": "t", "sync_dest": "/fs/000",
                   "synced": 2, "unsynced": []}], "items_done": 1, "items_total": 2, "crash_markers": [],
        "earlier_crashes": [], "current_item": "001", "last_exit_code": None}
+API = {"provider": "runpod", "id": "pod1", "state": "stopped", "key_env": "RUNPOD_API_KEY"}
 PROBE = {"jobs": [JOB], "gpus": [], "findings": [], "status": "FAIL"}
 
 
@@ -61,7 +64,20 @@ def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
     assert [row["host"] for row in report["hosts"]] == ["a", "b", "c"] and not report["check_mode"]
 
 
-def test_a_park_command_with_a_placeholder_is_never_opened(tmp_path):
+@pytest.mark.parametrize("park, env, expected, words", [
+    ({"verb": "stop", "command": ["vastai", "stop", "instance", "$CONTAINER_ID"], "api": {}}, {},
+     ("escalate", None, False), ["$CONTAINER_ID"]),
+    ({"verb": "stop", "command": [], "api": API}, {}, ("escalate", None, False), ["RUNPOD_API_KEY is not set"]),
+    ({"verb": "stop", "command": [], "api": dict(API, id="")}, {"RUNPOD_API_KEY": "k"}, ("escalate", None, False),
+     ["runpod instance id is unknown"]),
+    ({"verb": "stop", "command": [], "api": API}, {"RUNPOD_API_KEY": "k"}, ("park", "park", True),
+     ["through the runpod API"]),
+    ({"verb": "none", "command": [], "api": {}}, {}, ("escalate", None, False), ["park it by hand"]),
+])
+def test_a_park_opens_only_with_all_it_needs(tmp_path, monkeypatch, park, env, expected, words):
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     done = dict(JOB, items=[dict(JOB["items"][0]), dict(JOB["items"][0], item="001")], items_done=2)
     idle = {"jobs": [done], "gpus": [{"utilization_pct": 0}], "findings": []}
     history = tmp_path / "history"
@@ -69,12 +85,12 @@ def test_a_park_command_with_a_placeholder_is_never_opened(tmp_path):
     now = int(time.time())
     (history / "p.jsonl").write_text("".join(json.dumps({"t": now - 60 * m, "host": "p", "gpu_util": 0.0}) + "\n"
                                              for m in (50, 40, 30)))
-    hostvars = {"p": host(autopilot_probe=idle, autopilot_autostop=True,
-                          trainer_meter_stop=dict(AUTODL, command=["vastai", "stop", "instance", "$CONTAINER_ID"]))}
+    hostvars = {"p": host(autopilot_probe=idle, autopilot_autostop=True, trainer_park=dict(park, how="h", keeps="k"))}
     result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
     decision = result["decisions"]["p"]
-    assert (decision["action"], decision["act"], decision["open"]) == ("escalate", None, False)
-    assert "$CONTAINER_ID" in decision["reason"]
+    assert (decision["action"], decision["act"], decision["open"]) == expected, decision["reason"]
+    for word in words:
+        assert word in decision["reason"]
 
 
 def test_the_outcome_of_a_park_or_heal():
@@ -88,3 +104,7 @@ def test_the_outcome_of_a_park_or_heal():
     assert outcome_of({"act": "heal"}, {"h": {"failed": True, "msg": "disk full"}}, names) == {
         "ok": False, "msg": "disk full"}
     assert outcome_of({"act": None}, {}, names) is None
+    api = {"act": "park", "via": "api", "api": API}
+    assert outcome_of(api, {"p": {"changed": True, "msg": "stopped"}}, names) == {
+        "ok": True, "msg": "the runpod API: stopped"}
+    assert outcome_of(api, {"p": {"failed": True, "msg": "401"}}, names) == {"ok": False, "msg": "401"}

@@ -13,10 +13,17 @@ H100 = "query-gpu-all-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.%s.
 IDLE = gp.read_sample(0, project(H100 % "idle"), "")[0]
 LOAD = gp.read_sample(0, project(H100 % "load"), "")[0]
 NOW = 1790000000
-AUTODL = {"verb": "power_off", "how": "power off", "command": ["shutdown", "-h", "now"], "reversible": True}
-RUNPOD = {"verb": "terminate", "how": "runpodctl remove pod", "command": ["runpodctl", "remove", "pod", "x"],
-          "reversible": False}
-LOCAL = {"verb": "manual", "how": "nothing to stop", "command": [], "reversible": True}
+# (trainer_meter_stop, trainer_park) of a profile, as group_vars/ writes them
+NO_PARK = {"verb": "none", "how": "none", "command": [], "api": {}, "keeps": "nothing is parked"}
+AUTODL = ({"verb": "power_off", "how": "power off", "command": ["shutdown", "-h", "now"], "reversible": True},
+          {"verb": "power_off", "how": "shutdown", "command": ["shutdown", "-h", "now"], "api": {},
+           "keeps": "the data disk"})
+RUNPOD = ({"verb": "terminate", "how": "runpodctl remove pod", "command": ["runpodctl", "remove", "pod", "x"],
+           "reversible": False},
+          {"verb": "stop", "how": "the API", "command": [], "keeps": "the volume disk",
+           "api": {"provider": "runpod", "id": "x", "state": "stopped", "key_env": "RUNPOD_API_KEY"}})
+LAMBDA = ({"verb": "terminate", "how": "POST terminate", "command": [], "reversible": False}, NO_PARK)
+LOCAL = ({"verb": "manual", "how": "nothing to stop", "command": [], "reversible": True}, NO_PARK)
 ON = ap.settings_of({"heal": True, "autostop": True, "notify": True, "idle_minutes": 30})
 OFF = ap.settings_of({})
 
@@ -110,8 +117,11 @@ CASES = [
      AUTODL, "none", "done_unsynced", "000", ["sync off"], ["queue_done"]),
     ("no-verified-copy-never-parks", probe([item("000", synced=0), item("001"), item("002")]), IDLE_HISTORY, ON,
      AUTODL, "none", "done_unsynced", "000", ["no verified durable copy"], ["queue_done"]),
-    ("destroying-verb-never-runs", probe(DONE3), IDLE_HISTORY, ON, RUNPOD, "escalate", "idle_destroy_only", None,
-     ["destroys", "never runs it", "playbooks/teardown.yml -l h -e teardown_approve=h", "2.00 USD"], ["escalated"]),
+    ("runpod-parks-through-the-api", probe(DONE3), IDLE_HISTORY, ON, RUNPOD, "park", "done", None,
+     ["through the runpod API", "keeps the volume disk"], ["parked"]),
+    ("destroying-verb-never-runs", probe(DONE3), IDLE_HISTORY, ON, LAMBDA, "escalate", "idle_destroy_only", None,
+     ["terminate) destroys", "never runs it", "playbooks/teardown.yml -l h -e teardown_approve=h", "2.00 USD"],
+     ["escalated"]),
     ("no-in-box-verb", probe(DONE3), IDLE_HISTORY, ON, LOCAL, "escalate", "idle_manual", None, ["by hand"],
      ["escalated"]),
     ("parked-stays-parked", probe(DONE3), IDLE_HISTORY + [rec(NOW - 30, "parked", action="park", ok=True)], ON,
@@ -136,7 +146,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
 def test_decisions(case):
     _id, result, history, settings, meter, action, state, item_, words, events = case
-    found = ap.decide("h", result, history, settings, meter, NOW, billing={"price": 2.0, "currency": "USD"})
+    found = ap.decide("h", result, history, settings, meter[0], NOW, billing={"price": 2.0, "currency": "USD"},
+                      park=meter[1])
     assert (found["action"], found["state"], found["item"]) == (action, state, item_), found["reason"]
     for word in words:
         assert word in found["reason"]
@@ -145,7 +156,7 @@ def test_decisions(case):
 
 
 def test_settle_turns_the_outcome_into_the_state_and_one_event():
-    decision = ap.decide("h", probe([item("000")]), [rec(NOW - 60, "running")], ON, AUTODL, NOW)
+    decision = ap.decide("h", probe([item("000")]), [rec(NOW - 60, "running")], ON, AUTODL[0], NOW, park=AUTODL[1])
     done = ap.settle(decision, {"ok": True, "msg": "started train under tmux, pid 42"})
     assert (done["state"], done["ok"], [e["kind"] for e in done["events"]]) == ("healed:001", True, ["healed"])
     assert "pid 42" in done["events"][0]["text"] and done["events"][0]["level"] == "WARN"
@@ -155,22 +166,23 @@ def test_settle_turns_the_outcome_into_the_state_and_one_event():
     assert record["action"] == "heal" and record["item"] == "001" and record["events"] == ["healed"]
     # the next tick counts this heal
     history = [rec(NOW, **record)]
-    again = ap.decide("h", probe([item("000")]), history, ON, AUTODL, NOW + 60)
+    again = ap.decide("h", probe([item("000")]), history, ON, AUTODL[0], NOW + 60, park=AUTODL[1])
     assert "restart 2 of at most 2" in again["reason"] and again["events"] == []  # healed -> healed: no message
-    nothing = ap.settle(ap.decide("h", probe([item("000")]), [], OFF, AUTODL, NOW))
+    nothing = ap.settle(ap.decide("h", probe([item("000")]), [], OFF, AUTODL[0], NOW, park=AUTODL[1]))
     assert nothing["acted"] is False and nothing["state"] == "gone:001"
 
 
 def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message():
     history, sent = [], []
     for tick in range(5):
-        found = ap.settle(ap.decide("h", probe([item("000")], alive=True, gpus=LOAD), history, ON, AUTODL, NOW + tick))
+        found = ap.settle(ap.decide("h", probe([item("000")], alive=True, gpus=LOAD), history, ON, AUTODL[0],
+                                    NOW + tick, park=AUTODL[1]))
         history.append(rec(NOW + tick, **ap.history_fields(found)))
         sent += found["events"]
     assert sent == []
     crash = probe([item("000"), item("001", "failed")], earlier=[{"item": "001", "first": TRACEBACK}])
     for tick in range(3):
-        found = ap.settle(ap.decide("h", crash, history, OFF, AUTODL, NOW + 10 + tick))
+        found = ap.settle(ap.decide("h", crash, history, OFF, AUTODL[0], NOW + 10 + tick, park=AUTODL[1]))
         history.append(rec(NOW + 10 + tick, **ap.history_fields(found)))
         sent += found["events"]
     assert [e["kind"] for e in sent] == ["new_fail"] and "001 crashed" in sent[0]["text"]
