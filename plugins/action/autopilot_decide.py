@@ -100,7 +100,9 @@ def outcome_of(decision, host_vars, args):
     """{ok, msg} of the action the playbook ran for this decision, or None when none ran."""
     if decision.get("act") not in ACTS:
         return None
-    var = args["park_var"] if decision["act"] == "park" else args["heal_var"]
+    var = args["heal_var"]
+    if decision["act"] == "park":
+        var = args["park_api_var"] if decision.get("via") == "api" else args["park_var"]
     result = _host_var(host_vars, var)
     if not isinstance(result, dict) or result.get("skipped"):
         return {"ok": False, "msg": "the %s task did not run on this host" % decision["act"]}

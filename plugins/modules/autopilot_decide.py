@@ -26,7 +26,8 @@ description:
   - A decision's C(act) names the action to run on the box (V(heal), V(retry_sync) or V(park)); it is set only
     for a host opted in to it, never in check mode, and for V(park) only when the profile's verb is reversible
     and runs in the box, with no unresolved C($VAR) placeholder (C(open) is then true).
-  - V(record) settles each decision with the outcome of its action (the variables O(heal_var) and O(park_var)),
+  - V(record) settles each decision with the outcome of its action (the variables O(heal_var), O(park_var) and
+    O(park_api_var)),
     prints one line per host, appends one record per host to its history (C(kind) V(autopilot), with the
     decision under C(ap)), writes a receipt for each park into C(<report dir>/receipts/), writes the JSON report
     O(report_path) and returns the events of the state changes in RV(events), and those of the hosts opted in to
@@ -70,9 +71,13 @@ options:
     type: str
     default: autopilot_heal_result
   park_var:
-    description: The variable that registered each host's park (the profile's meter-stop command).
+    description: The variable that registered each host's park in the box (the profile's C(trainer_park.command)).
     type: str
     default: autopilot_park_result
+  park_api_var:
+    description: The variable that registered each host's park through the API (M(remote_gpu.trainer.instance)).
+    type: str
+    default: autopilot_park_api_result
 """
 
 EXAMPLES = r"""

@@ -95,7 +95,7 @@ def test_a_park_opens_only_with_all_it_needs(tmp_path, monkeypatch, park, env, e
 
 def test_the_outcome_of_a_park_or_heal():
     park = {"act": "park", "command": ["shutdown", "-h", "now"]}
-    names = {"park_var": "p", "heal_var": "h"}
+    names = {"park_var": "p", "heal_var": "h", "park_api_var": "p"}
     assert outcome_of(park, {"p": {"rc": 0}}, names)["ok"] is True
     assert outcome_of(park, {"p": {"unreachable": True}}, names)["ok"] is True  # the box went down as asked
     assert outcome_of(park, {"p": {"rc": 1, "stderr": "denied"}}, names) == {
