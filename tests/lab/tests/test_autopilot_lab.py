@@ -29,6 +29,7 @@ from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
 
 sys.path.insert(0, os.path.join(LAB, "providers"))
 from webhook_receiver import WebhookReceiver  # noqa: E402  pylint: disable=wrong-import-position
+import fake_api  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -40,8 +41,9 @@ SHUTDOWN = ["shutdown", "-h", "now"]
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
-    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "3", "--platform", "lab-03=autodl",
-                       "--region", "lab-03=B", "--durable-inodes", str(DURABLE_INODES)) as lab:
+    with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "4", "--platform", "lab-03=autodl",
+                       "--region", "lab-03=B", "--platform", "lab-04=runpod",
+                       "--durable-inodes", str(DURABLE_INODES)) as lab:
         yield lab
 
 
@@ -267,3 +269,40 @@ def test_a_vanished_host_is_reported_once_and_recovers(fleet, tmp_path, hook):
     _proc, report = tick(fleet, laptop, hook, *opt)
     assert by_host(report)["lab-03"]["state"] == "idle"
     assert [(e["host"], e["kind"]) for e in sent(hook)] == [("lab-03", "unreachable"), ("lab-03", "recovered")]
+
+
+def test_a_runpod_box_is_parked_through_the_api_stop_never_terminated(fleet, src, tmp_path, hook, monkeypatch):
+    """RunPod's meter-stop verb destroys; its trainer_park is the API's stop (remote_gpu.trainer.instance), which
+    keeps the volume. Without the key on the controller it is not parked and the reason names the variable."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    launch(fleet, src, "-l", "lab-04", extra={"launch_name": "rp", "launch_queue": ["r0"]})
+    assert wait_finished(fleet, "lab-04", "rp")["exit_code"] == 0
+    seed_idle_history(laptop, "lab-04", time.time())
+    pod = fake_api.runpod_pod(1, fleet.hosts["lab-04"]["ansible_host"], 22, name="lab-04")
+    fake = fake_api.FakeAPI("runpod", "fake-key", [pod]).start()
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+    try:
+        opt = ["-l", "lab-04", "-e", "autopilot_job=rp autopilot_autostop=true autopilot_idle_minutes=30",
+               "-e", json.dumps({"runpod_pod_id": pod["id"], "provider_api_url": fake.url})]
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        row = by_host(report)["lab-04"]
+        assert (row["action"], row["state"]) == ("escalate", "idle_manual")
+        assert "RUNPOD_API_KEY is not set on the controller" in row["reason"]
+        assert fake.api_requests() == []
+        fleet.extra_env = {"RUNPOD_API_KEY": "fake-key"}
+        try:
+            _proc, report = tick(fleet, laptop, hook, *opt)
+        finally:
+            fleet.extra_env = {}
+        row = by_host(report)["lab-04"]
+        assert (row["action"], row["via"], row["ok"], row["state"]) == ("park", "api", True, "parked"), row["reason"]
+        assert fake.find(pod["id"])["desiredStatus"] != "RUNNING", (fake.api_requests(), row)
+        verbs = [(r["method"], r["path"]) for r in fake.api_requests() if r["method"] != "GET"]
+        assert verbs == [("POST", "/v1/pods/%s/stop" % pod["id"])]  # stop, never DELETE (terminate)
+        receipt = json.loads(open(row["receipt"], encoding="utf-8").read())
+        assert (receipt["verb"], receipt["api"]["provider"], receipt["meter_stop_verb"]) == ("stop", "runpod",
+                                                                                            "terminate")
+        assert fleet.meter("lab-04") == []
+    finally:
+        fake.stop()
