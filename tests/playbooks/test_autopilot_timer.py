@@ -69,7 +69,10 @@ def timer(tmp_path):
     settings = {"autopilot_timer_name": name, "autopilot_timer_dir": str(tmp_path / "state"),
                 "autopilot_timer_backend": "cron", "autopilot_timer_interval_minutes": 5}
     yield name, settings
-    remaining = [line for line in crontab().splitlines(keepends=True) if name not in line]
+    lines, remaining = crontab().splitlines(keepends=True), []
+    for index, line in enumerate(lines):
+        if name not in line and not (index and name in lines[index - 1]):  # the marker and its job line
+            remaining.append(line)
     subprocess.run(["crontab", "-"], input="".join(remaining), text=True, check=False)
 
 
@@ -160,3 +163,54 @@ def test_bad_settings_are_refused_with_a_reason(tmp_path, timer):
         proc, output = play(tmp_path, dict(settings, **bad), "--check")
         assert proc.returncode != 0 and words in output, output[-2000:]
         assert "Traceback" not in output
+
+
+def test_systemd_units_are_valid_and_their_execstart_skips_an_overlap(tmp_path):
+    """No systemd manager runs here: the role's unit templates are rendered with its own variables, checked with
+    systemd-analyze verify, and the service's ExecStart is run through a shell, twice at once."""
+    role = REPO / "roles" / "autopilot_timer"
+    state, units = tmp_path / "state", tmp_path / "units"
+    marker, release = tmp_path / "marker", tmp_path / "release"
+    (tmp_path / "stand_in.py").write_text(STAND_IN)
+    state.mkdir()
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(json.dumps([{
+        "name": "Render the units", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars_files": [str(role / "defaults" / "main.yml"), str(role / "vars" / "main.yml")],
+        "tasks": [{"name": "Units", "ansible.builtin.file": {"path": str(units), "state": "directory", "mode": "0755"}},
+                  {"name": "Render", "ansible.builtin.template": {"src": str(role / "templates" / "{{ item.src }}"),
+                                                                  "dest": "{{ item.dest }}", "mode": "0644"},
+                   "loop": "{{ _autopilot_timer_units }}"},
+                  {"name": "Script", "ansible.builtin.template": {"src": str(role / "templates" / "tick.sh.j2"),
+                                                                  "dest": str(state / "tick.sh"), "mode": "0700"}}],
+    }]))
+    extra = tmp_path / "extra.json"  # extra vars: above the role's vars files, as a user's -e is
+    extra.write_text(json.dumps({
+        "ansible_python_interpreter": sys.executable, "autopilot_timer_name": "nt-unit",
+        "autopilot_timer_dir": str(state), "autopilot_timer_systemd_dir": str(units),
+        "autopilot_timer_interval_minutes": 7, "_autopilot_timer_flock": shutil.which("flock"),
+        "autopilot_timer_command": [sys.executable, str(tmp_path / "stand_in.py"), str(marker), str(release)]}))
+    proc = run_playbook(playbook, INVENTORY, "-e", "@%s" % extra)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    service, timer_unit = units / "nt-unit.service", units / "nt-unit.timer"
+    if shutil.which("systemd-analyze"):
+        verify = subprocess.run(["systemd-analyze", "verify", str(service), str(timer_unit)], capture_output=True,
+                                text=True, check=False)
+        assert verify.returncode == 0 and verify.stderr == "", verify.stderr
+    assert "OnUnitActiveSec=7min" in timer_unit.read_text() and "Unit=nt-unit.service" in timer_unit.read_text()
+    settings = dict(line.split("=", 1) for line in service.read_text().splitlines() if "=" in line and
+                    not line.startswith("#"))
+    assert settings["SuccessExitStatus"] == "75" and settings["StandardOutput"] == "append:%s/tick.log" % state
+    exec_start = settings["ExecStart"]
+    assert exec_start == "%s -n -E 75 %s/tick.lock %s/tick.sh" % (shutil.which("flock"), state, state)
+    # systemd's part: ExecStart with stdout appended to the log; a second start meanwhile exits 75 (a success)
+    with open(state / "tick.log", "a") as log:
+        first = subprocess.Popen(["/bin/sh", "-c", exec_start], stdout=log, stderr=subprocess.STDOUT, env=CRON_ENV)
+        try:
+            wait_for(lambda: marker.exists() and marker.read_text().count("ran ") == 1, "the first tick to start")
+            second = subprocess.run(["/bin/sh", "-c", exec_start], stdout=log, env=CRON_ENV, timeout=120, check=False)
+            assert second.returncode == 75 and marker.read_text().count("ran ") == 1
+        finally:
+            release.touch()
+            assert first.wait(timeout=120) == 0
+    assert "stand-in done" in (state / "tick.log").read_text()
