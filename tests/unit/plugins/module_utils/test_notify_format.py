@@ -93,6 +93,8 @@ def test_wecom_text_stays_within_2048_bytes():
     ({"type": "teams", "url_env": "A"}, "type 'teams' is not one of"),
     ({"type": "email", "host": "h", "from": "a"}, "email needs to"),
     ({"type": "email", "host": "h", "from": "a", "to": "b", "password_env": "P"}, "a password needs user"),
+    ({"type": "email", "host": "h", "from": "a", "to": "b", "user": "u"}, "user needs password_env or password_file"),
+    ({"type": "email", "host": "h", "from": "a", "to": "b", "port": "smtp"}, "port must be a number"),
     ({"type": "webhook", "url_env": "A", "timeout": 0}, "timeout must be"),
     ({"type": "webhook", "url_env": "A", "timeout": "ten"}, "timeout must be"),
     ("slack", "a sink is a mapping"),
