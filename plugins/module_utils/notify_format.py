@@ -230,7 +230,7 @@ def redact(text, secrets):
     """``text`` with every secret (and its URL-encoded form) replaced by ``***``."""
     text = str(text)
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}:
+        for form in (secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
             text = text.replace(form, "***")
     return text
 
