@@ -79,7 +79,8 @@ def timer(tmp_path):
 def play(tmp_path, settings, *args):
     extra = tmp_path / "extra.json"
     extra.write_text(json.dumps(settings))
-    proc = run_playbook(PLAYBOOK, INVENTORY, "-e", "@%s" % extra, *args)
+    # as a user types it: cd into the project, then ansible-playbook (the timer's directory is that $PWD)
+    proc = run_playbook(PLAYBOOK, INVENTORY, "-e", "@%s" % extra, *args, cwd=REPO, PWD=str(REPO))
     return proc, proc.stdout + proc.stderr
 
 
