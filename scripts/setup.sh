@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-APT_PACKAGES=(openssh-server openssh-client rsync tmux tinyproxy iproute2 util-linux procps python3-venv curl)
+APT_PACKAGES=(openssh-server openssh-client rsync tmux tinyproxy iproute2 util-linux procps python3-venv curl cron)
 # Installed as root (CI); without root only noted: the dashboard's browser test (tests/lab) skips without it.
 OPTIONAL_APT_PACKAGES=(chromium)
 

@@ -5,10 +5,10 @@
 """Send the autopilot's events to every sink at once; a sink that fails is reported, never fatal.
 
 Why plain urllib/smtplib here and not one ansible.builtin.uri (or community.general.slack / mail) task per sink:
-the tick has one list of events and many sinks, and a sink must never fail the tick. A task per sink would
-need the secret as a task argument (templated from lookup('env')), where -vvv and a failed task's
-``invocation`` show it unless every task carries no_log, which hides the reason of a failure too. Feishu and
-DingTalk signatures (HMAC over a timestamp) are not offered by uri or community.general, and community.general
+the tick has one list of events and many sinks, and a sink must never fail the tick. uri takes the webhook URL
+(which holds the token) as its ``url`` argument, which -vvv and a failed task's ``invocation`` show unless the task
+has no_log, and no_log hides the reason of a failure too. community.general.slack (token no_log) and .mail cover
+two of the six sinks; nothing there signs Feishu or DingTalk requests or speaks to WeCom; and community.general
 is not a dependency of this collection. Here the secret is read from the named variable or file inside the
 action, used, and never put into a result, a warning or a log line (errors are redacted).
 """

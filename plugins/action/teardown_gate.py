@@ -24,15 +24,23 @@ class ActionModule(DocumentedAction):
                 " (%s)" % args["reason"] if args["reason"] else "; run pull_manifest first"))
             msg = "teardown refused for %s: %s: %s" % (host, refusal["code"], refusal["message"])
             return dict(result, failed=not self._task.check_mode, open=False, refusals=[refusal], pull_dir=None,
-                        approved=host in approvals, msg="check mode: " + msg if self._task.check_mode else msg)
+                        approved=host in approvals, stop_with=None, api_problem=None, api=None,
+                        msg="check mode: " + msg if self._task.check_mode else msg)
         try:
             directory = teardown.pull_dir(os.path.abspath(args["pull_root"]), host, args["run_id"])
         except ValueError as exc:
-            return dict(result, failed=True, msg=str(exc), refusals=[teardown.refusal("bad_run_id", str(exc))])
+            return dict(result, failed=True, msg=str(exc), refusals=[teardown.refusal("bad_run_id", str(exc))],
+                        open=False, stop_with=None, api_problem=None, api=None)
         verified = teardown.load_verified(os.path.join(directory, teardown.VERIFIED_NAME))
         refusals = teardown.gate_refusals(host, args["run_id"], verified, args["manifest_sha256"], approvals,
                                           approval_error)
-        placeholders = teardown.unresolved_placeholders(args["command"])
+        stop_with, api_problem = teardown.stop_path(args["command"], args["api"], os.environ)
+        api = args["api"] or {}
+        if stop_with == "manual" and api_problem:
+            refusals.append(teardown.refusal(
+                "api_unusable", "the profile stops the meter through the %s API only, and %s" % (
+                    api.get("provider"), api_problem)))
+        placeholders = teardown.unresolved_placeholders(args["command"]) if stop_with == "command" else []
         if placeholders:
             refusals.append(teardown.refusal(
                 "command_placeholder",
@@ -41,7 +49,9 @@ class ActionModule(DocumentedAction):
         if args["reason"] and refusals:
             refusals[0]["message"] += " (%s)" % args["reason"]
         result.update(changed=False, open=not refusals, refusals=refusals, pull_dir=directory,
-                      approved=host in approvals)
+                      approved=host in approvals, stop_with=stop_with, api_problem=api_problem,
+                      api=dict((key, str(api.get(key) or "").strip()) for key in ("provider", "id", "state"))
+                      if stop_with == "api" else None)
         if refusals:
             msg = "teardown refused for %s: %s" % (host, "; ".join("%s: %s" % (r["code"], r["message"]) for r in refusals))
             if self._task.check_mode:

@@ -202,8 +202,11 @@ def check_sink(sink):
                 problems.append("email needs %s" % key)
         if sink.get("password_env") and sink.get("password_file"):
             problems.append("give at most one of password_env, password_file")
-        if (sink.get("password_env") or sink.get("password_file")) and not sink.get("user"):
-            problems.append("a password needs user")
+        if bool(sink.get("password_env") or sink.get("password_file")) != bool(sink.get("user")):
+            problems.append("a password needs user, and user needs password_env or password_file")
+        port = sink.get("port", 587)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            problems.append("port must be a number from 1 to 65535")
         if sink.get("starttls") and sink.get("ssl"):
             problems.append("give starttls or ssl, not both")
     unknown = sorted(str(key) for key in sink if key not in allowed and key not in INLINE_SECRET_KEYS)
@@ -227,7 +230,7 @@ def redact(text, secrets):
     """``text`` with every secret (and its URL-encoded form) replaced by ``***``."""
     text = str(text)
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}:
+        for form in (secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
             text = text.replace(form, "***")
     return text
 

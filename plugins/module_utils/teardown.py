@@ -116,3 +116,23 @@ def load_verified(path):
 def unresolved_placeholders(argv):
     """Arguments of a meter-stop command that still hold a '$VAR' placeholder from the profile."""
     return [arg for arg in argv or [] if "$" in str(arg)]
+
+
+def stop_path(command, api, environ):
+    """How the meter is stopped -> (``api``, ``command`` or ``manual``; why the profile's API verb cannot be used,
+    or None).
+
+    The API verb (``api``: provider, id, state, key_env) is used when it names a provider, the instance's id is known
+    and the key's environment variable is set on the controller; otherwise the profile's command on the box. A
+    profile with an API verb and no command that cannot use it is refused by the gate (``api_unusable``)."""
+    api = api if isinstance(api, dict) else {}
+    problem = None
+    if api.get("provider"):
+        key_env = str(api.get("key_env") or "")
+        if not (key_env and environ.get(key_env)):
+            problem = "the environment variable %s is not set on the controller" % (key_env or "(none named)")
+        elif not str(api.get("id") or "").strip():
+            problem = "the instance id is unknown (use the inventory plugin, or set it in the inventory)"
+        else:
+            return "api", None
+    return ("command" if command else "manual"), problem

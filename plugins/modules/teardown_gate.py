@@ -22,7 +22,12 @@ description:
   - A C(PULL_VERIFIED.json) that is not a regular file (a directory, a FIFO, a device) or not a JSON object counts as
     absent, and is read up to 256 MiB only.
   - A person approved this host by name. A blanket word such as V(all) or V(yes) is refused.
-  - The meter-stop command holds no unresolved C($VAR) placeholder from the profile.
+  - The meter-stop command, when it is the way the meter is stopped, holds no unresolved C($VAR) placeholder from the
+    profile.
+  - It decides how the meter is stopped (RV(stop_with)) - through the provider's API
+    (M(remote_gpu.trainer.instance)) when O(api) names a provider, the instance's id is known and the key's
+    environment variable is set on the controller; else with O(command) on the box; else by hand. A profile whose
+    only verb is an API verb that cannot be used is refused (C(api_unusable)), naming the missing variable or id.
   - Fails the host when the gate is closed. In check mode it reports the refusals without failing.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
@@ -51,6 +56,23 @@ options:
     type: list
     elements: str
     default: []
+  api:
+    description:
+      - The profile's API verb (C(trainer_meter_stop.api)); empty or omitted when the profile has none.
+    type: dict
+    suboptions:
+      provider:
+        description: The provider whose API stops the instance (as M(remote_gpu.trainer.instance) takes it).
+        type: str
+      id:
+        description: The provider's id of the instance; the inventory plugins set it.
+        type: str
+      state:
+        description: The state the verb brings the instance to (V(stopped) or V(absent)).
+        type: str
+      key_env:
+        description: The controller's environment variable that holds the API key (only its presence is checked).
+        type: str
   reason:
     description: Why an earlier step failed, appended to the first refusal.
     type: str
@@ -64,6 +86,7 @@ EXAMPLES = r"""
     manifest_sha256: "{{ manifest.sha256 }}"
     approve: "{{ teardown_approve }}"
     command: "{{ trainer_meter_stop.command }}"
+    api: "{{ trainer_meter_stop.api }}"
 """
 
 RETURN = r"""
@@ -83,6 +106,22 @@ approved:
   type: bool
   returned: always
   sample: true
+stop_with:
+  description: How the meter is stopped once the gate is open - V(api), V(command) or V(manual); null when the run
+    id is unknown.
+  type: str
+  returned: always
+  sample: api
+api:
+  description: The API verb's C(provider), C(id) and C(state) when RV(stop_with) is V(api), else null.
+  type: dict
+  returned: always
+  sample: {"provider": "runpod", "id": "fakepod0001", "state": "absent"}
+api_problem:
+  description: Why the profile's API verb cannot be used (a missing key variable or instance id), else null.
+  type: str
+  returned: always
+  sample: the environment variable RUNPOD_API_KEY is not set on the controller
 pull_dir:
   description: The controller directory of this host's pull for the run.
   type: str

@@ -65,7 +65,8 @@ def silent_port():
     listener.close()
 
 
-def write_playbook(tmp_path, sinks, events=EVENTS):
+def write_playbook(tmp_path, sinks, events=None):
+    events = EVENTS if events is None else events
     out = tmp_path / "notified.json"
     playbook = tmp_path / "notify.yml"
     playbook.write_text(json.dumps([{

@@ -191,7 +191,7 @@ class _SMTPHandler(socketserver.StreamRequestHandler):
 
     def auth(self, arg):
         """[user, password] from AUTH PLAIN or AUTH LOGIN, or None."""
-        mechanism, _, initial = arg.partition(" ")
+        mechanism, _space, initial = arg.partition(" ")
         try:
             if mechanism.upper() == "PLAIN":
                 if not initial:
@@ -252,7 +252,7 @@ class SMTPReceiver:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--status", type=int, default=200, help="the HTTP status every request gets")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--smtp-port", type=int, default=0)

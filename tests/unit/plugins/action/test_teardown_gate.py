@@ -129,6 +129,44 @@ def test_a_placeholder_left_in_the_command_refuses(pulls):
     assert "$RUNPOD_POD_ID" in result["refusals"][0]["message"]
 
 
+API = {"provider": "runpod", "id": "fakepod0001", "state": "absent", "key_env": "RGT_TEST_RUNPOD_KEY"}
+
+
+def test_an_api_verb_with_its_key_and_id_is_the_way_and_the_command_is_not_checked(pulls, monkeypatch):
+    write_verified(pulls)
+    monkeypatch.setenv("RGT_TEST_RUNPOD_KEY", "secret")
+    result = gate(pulls, api=API, command=["runpodctl", "remove", "pod", "$RUNPOD_POD_ID"])
+    assert result["open"] is True and result["stop_with"] == "api" and result["api_problem"] is None
+    assert result["api"] == {"provider": "runpod", "id": "fakepod0001", "state": "absent"}
+    assert "secret" not in json.dumps(result)
+
+
+@pytest.mark.parametrize("api, problem", [
+    (dict(API, id=""), "the instance id is unknown"),
+    (API, "the environment variable RGT_TEST_RUNPOD_KEY is not set on the controller"),
+])
+def test_an_unusable_api_verb_falls_back_to_the_command_and_says_why(pulls, monkeypatch, api, problem):
+    write_verified(pulls)
+    monkeypatch.setenv("RGT_TEST_RUNPOD_KEY", "secret" if api["id"] == "" else "")
+    result = gate(pulls, api=api)
+    assert result["open"] is True and result["stop_with"] == "command" and problem in result["api_problem"]
+    assert result["api"] is None
+
+
+def test_an_unusable_api_verb_without_a_command_refuses_naming_the_variable(pulls, monkeypatch):
+    write_verified(pulls)
+    monkeypatch.delenv("RGT_TEST_RUNPOD_KEY", raising=False)
+    result = gate(pulls, api=dict(API, provider="lambda"), command=[])
+    assert codes(result) == ["api_unusable"] and result["open"] is False and result["failed"] is True
+    assert "through the lambda API only" in result["msg"] and "RGT_TEST_RUNPOD_KEY is not set" in result["msg"]
+
+
+def test_a_profile_with_neither_verb_is_stopped_by_hand(pulls):
+    write_verified(pulls)
+    result = gate(pulls, command=[])
+    assert result["open"] is True and result["stop_with"] == "manual" and result["api_problem"] is None
+
+
 @pytest.mark.parametrize("run_id", ["../exp42", "a/b", ".", ".."])
 def test_a_run_id_that_cannot_name_a_directory_refuses(pulls, run_id):
     result = gate(pulls, run_id=run_id)
@@ -171,6 +209,8 @@ def test_the_argument_spec_comes_from_the_documentation():
         "manifest_sha256": {"type": "str", "default": ""},
         "approve": {"type": "raw"},
         "command": {"type": "list", "elements": "str", "default": []},
+        "api": {"type": "dict", "options": dict(
+            (key, {"type": "str"}) for key in ("provider", "id", "state", "key_env"))},
         "reason": {"type": "str", "default": ""},
     }
     assert ActionModule._VALID_ARGS == frozenset(ActionModule.SPEC)  # pylint: disable=protected-access

@@ -14,6 +14,7 @@ import pytest
 import ansible_collections
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
     fleet_patrol,
+    item_log,
     job_layout,
     job_log,
     job_status,
@@ -225,27 +226,27 @@ def test_the_items_part_of_the_job_log_is_written_and_synced(out, tmp_path):
     status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(tmp_path / "d"), best=["best*"],
                                        log_path=str(log))
     expected = item_start("000", "again") + "epoch 2 of 000\nTraceback (most recent call last):\n"
-    assert (out / launch.ITEM_LOG).read_text() == expected
-    assert sorted(f["path"] for f in status["synced"]) == ["best.pt", launch.ITEM_LOG]
-    assert (tmp_path / "d" / launch.ITEM_LOG).read_text() == expected
-    assert launch.write_item_log(str(log), "001", str(tmp_path / "one.log"))
+    assert (out / item_log.ITEM_LOG).read_text() == expected
+    assert sorted(f["path"] for f in status["synced"]) == ["best.pt", item_log.ITEM_LOG]
+    assert (tmp_path / "d" / item_log.ITEM_LOG).read_text() == expected
+    assert item_log.write_item_log(str(log), "001", str(tmp_path / "one.log"))
     assert (tmp_path / "one.log").read_text() == item_start("001") + "epoch 1 of 001\n"  # ends at the next item
-    assert not launch.write_item_log(str(log), "009", str(tmp_path / "none.log"))
-    assert not launch.write_item_log(str(tmp_path / "absent.log"), "000", str(tmp_path / "none.log"))
+    assert not item_log.write_item_log(str(log), "009", str(tmp_path / "none.log"))
+    assert not item_log.write_item_log(str(tmp_path / "absent.log"), "000", str(tmp_path / "none.log"))
 
 
 def test_the_log_alone_never_makes_an_item_done(out, tmp_path):
-    (out / launch.ITEM_LOG).write_text("epoch 1\n")
+    (out / item_log.ITEM_LOG).write_text("epoch 1\n")
     status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(tmp_path / "d"), best=["nothing*"])
     assert status["state"] == "sync_failed" and "no file under" in status["sync_error"]
     assert not (tmp_path / "d").exists()
 
 
 def test_start_marker_search_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch, "LOG_CHUNK", 7)
+    monkeypatch.setattr(item_log, "LOG_CHUNK", 7)
     log = tmp_path / "job.log"
     log.write_text("x" * 30 + "\n" + item_start("000") + "epoch 1\n" + "y" * 40 + "\n")
-    assert launch.write_item_log(str(log), "000", str(tmp_path / "i.log"))
+    assert item_log.write_item_log(str(log), "000", str(tmp_path / "i.log"))
     assert (tmp_path / "i.log").read_text() == item_start("000") + "epoch 1\n" + "y" * 40 + "\n"
 
 
@@ -285,7 +286,7 @@ def test_the_run_wrapper_retries_only_the_sync_of_a_trained_item(tmp_path):
         return json.loads((job_dir / "items" / "000" / "status.json").read_text())
 
     assert run_item() == 1
-    assert status()["state"] == "sync_failed" and status()["unsynced"] == ["best.pt", launch.ITEM_LOG]
+    assert status()["state"] == "sync_failed" and status()["unsynced"] == ["best.pt", item_log.ITEM_LOG]
     assert run_item() == 1  # still not durable: the command is not run again
     assert (tmp_path / "runs.log").read_text() == "000 a0\n"
     assert status()["state"] == "sync_failed" and status()["sync_attempts"] == 2
@@ -295,8 +296,8 @@ def test_the_run_wrapper_retries_only_the_sync_of_a_trained_item(tmp_path):
     final = status()
     assert (final["exit_code"], final["state"], final["command_exit_code"]) == (0, "done", 0)
     assert (durable / "000" / "best.pt").read_text() == "best-a0"
-    item_log = (durable / "000" / launch.ITEM_LOG).read_text()
-    assert item_log.startswith("==== trainer: item 000 started ") and "epoch 1/1 of a0\n" in item_log
+    text = (durable / "000" / item_log.ITEM_LOG).read_text()
+    assert text.startswith("==== trainer: item 000 started ") and "epoch 1/1 of a0\n" in text
     assert [f["sha256"] for f in final["synced"] if f["path"] == "best.pt"] == [
         hashlib.sha256(b"best-a0").hexdigest()]
     text = log.read_text()

@@ -32,7 +32,7 @@ def test_events_are_checked_and_normalised():
 
 
 def test_one_line_per_event_after_the_title():
-    events, _ = fmt.check_events([EVENT, dict(EVENT, host="lab-02", kind="recovered", level="PASS", text="ok")])
+    events = fmt.check_events([EVENT, dict(EVENT, host="lab-02", kind="recovered", level="PASS", text="ok")])[0]
     assert fmt.message_text("T", events) == "T: 2 events\nlab-01 new_fail FAIL: job gone: exit 137\n" \
                                             "lab-02 recovered PASS: ok"
     assert fmt.message_text("T", events[:1]).startswith("T: 1 event\n")
@@ -63,7 +63,7 @@ def test_dingtalk_signed_url_appends_url_encoded_parameters():
 
 
 def test_payloads_have_each_platforms_shape():
-    events, _ = fmt.check_events([EVENT])
+    events = fmt.check_events([EVENT])[0]
     text = "T: 1 event\nlab-01 new_fail FAIL: job gone: exit 137"
     assert fmt.payload("slack", "T", events) == {"text": text}
     assert fmt.payload("wecom", "T", events) == {"msgtype": "text", "text": {"content": text}}
@@ -78,7 +78,7 @@ def test_payloads_have_each_platforms_shape():
 
 
 def test_wecom_text_stays_within_2048_bytes():
-    events, _ = fmt.check_events([dict(EVENT, host="lab-%02d" % i, text="长" * 60) for i in range(40)])
+    events = fmt.check_events([dict(EVENT, host="lab-%02d" % i, text="长" * 60) for i in range(40)])[0]
     content = fmt.payload("wecom", "T", events)["text"]["content"]
     assert len(content.encode("utf-8")) <= 2048 and content.endswith("more line(s) left out")
 
@@ -93,6 +93,8 @@ def test_wecom_text_stays_within_2048_bytes():
     ({"type": "teams", "url_env": "A"}, "type 'teams' is not one of"),
     ({"type": "email", "host": "h", "from": "a"}, "email needs to"),
     ({"type": "email", "host": "h", "from": "a", "to": "b", "password_env": "P"}, "a password needs user"),
+    ({"type": "email", "host": "h", "from": "a", "to": "b", "user": "u"}, "user needs password_env or password_file"),
+    ({"type": "email", "host": "h", "from": "a", "to": "b", "port": "smtp"}, "port must be a number"),
     ({"type": "webhook", "url_env": "A", "timeout": 0}, "timeout must be"),
     ({"type": "webhook", "url_env": "A", "timeout": "ten"}, "timeout must be"),
     ("slack", "a sink is a mapping"),
@@ -140,7 +142,7 @@ def test_recipients():
 
 
 def test_email_message():
-    events, _ = fmt.check_events([EVENT])
+    events = fmt.check_events([EVENT])[0]
     message = fmt.email_message("T", events, "from@x", ["a@x", "b@x"])
     assert message["Subject"] == "T: 1 new_fail" and message["To"] == "a@x, b@x"
     assert message.get_content() == "T: 1 event\nlab-01 new_fail FAIL: job gone: exit 137\n"
