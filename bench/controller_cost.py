@@ -50,7 +50,7 @@ def measure(size, repeat):
     with lab_fleet(size) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         start_jobs(inventory)
         runs = plays(inventory, pathlib.Path(tmp))
-        walls, cpus, codes = ({label: [] for label in runs} for _ in range(3))
+        walls, cpus, codes = ({label: [] for label in runs} for _table in range(3))
         for _round in range(repeat):
             for label, run in runs.items():
                 close_masters(state)

@@ -2,9 +2,10 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The checks of detached_job before it writes or starts anything: its arguments (:func:`validate`) and its log
-(:func:`check_log`). Every problem is a :class:`JobError` whose message says what is wrong and what to do.
-Standard library only (with job_layout.py and fsbudget.py), Python 3.8+.
+"""The checks of detached_job before it writes or starts anything: its arguments (:func:`validate`), its log
+(:func:`check_log`) and the free room on its filesystems (:func:`check_disks`). Every problem is a
+:class:`JobError` whose message says what is wrong and what to do.
+Standard library only (with job_layout.py, inode_check.py and fsbudget.py), Python 3.8+.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import re
 import stat
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import inode_check, job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
 
 
@@ -23,6 +24,7 @@ class JobError(Exception):
 
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_STOP_TIMEOUT = 86400
+DISK_REFUSE_PCT = 99
 
 
 def no_nul(value, what):
@@ -133,3 +135,24 @@ def check_log(paths, check_mode):
     except OSError as exc:
         raise JobError("the log %s cannot be written: %s: choose another log_path, or fix the filesystem (read-only "
                        "or full?)" % (getattr(exc, "filename", None) or log, exc.strerror))
+
+
+def check_disks(paths):
+    """Refuse to start on a full or inode-exhausted filesystem (job directory or log)."""
+    problems = []
+    seen = set()
+    for path in (paths["job_dir"], os.path.dirname(paths["log_path"])):
+        probe = nearest_existing(path)
+        try:
+            st = os.statvfs(probe)
+        except OSError as exc:
+            raise JobError("cannot read filesystem statistics of %s: %s" % (probe, exc.strerror))
+        if st.f_fsid in seen and st.f_fsid:
+            continue
+        seen.add(st.f_fsid)
+        usage = inode_check.usage_from_statvfs(probe, st)
+        problems.extend(f for f in inode_check.threshold_findings(usage, DISK_REFUSE_PCT, DISK_REFUSE_PCT)
+                        if f["level"] == "FAIL")
+    if problems:
+        raise JobError("refusing to start: %s. %s" % (
+            "; ".join("%s: %s" % (f["code"], f["message"]) for f in problems), problems[0]["action"]))

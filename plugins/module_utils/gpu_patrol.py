@@ -29,7 +29,10 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_find
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     USAGE_FIELDS, NvidiaSmiParseError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int, to_number)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import SmiError
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_errors import classify_error
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import reasons_from_bitmask, short_pci
 
 # Beyond USAGE_FIELDS (which the sampler sidecar shares): all exist from 465.27 to 610.x.
@@ -241,3 +244,42 @@ def job_start(metas):
     starts = [meta.get("launched_epoch") for meta in metas if isinstance(meta, dict)]
     starts = [value for value in starts if isinstance(value, (int, float)) and not isinstance(value, bool)]
     return min(starts) if starts else None
+
+
+def query(module, timeout):
+    """(gpus or None, findings) of the one --query-gpu run (``sample``)."""
+    try:
+        return sample(module.get_bin_path("nvidia-smi"), timeout)
+    except SmiError as exc:
+        if exc.kind == "not_installed":
+            return None, [finding("INFO", "gpu_unavailable", "%s or not on PATH" % exc,
+                                  "Nothing to do on a CPU-only box; otherwise check the driver.")]
+        if exc.kind == "timeout":
+            return None, [finding("WARN", "gpu_query_timeout", str(exc),
+                                  "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
+        return None, [query_failed(str(exc))]
+
+
+def new_xid_events(module, source, timeout, gpus, since, boot_epoch, now):
+    """(events written since ``since``, findings) from the kernel log, read as gpu_health reads it (journalctl -k,
+    else dmesg, or the file ``source`` names). kernel_log.KernelLogError for a ``source`` that cannot be used."""
+    if source == "none" or since is None:
+        return [], []
+    text, unreadable = read_kernel_log(module, source, timeout)
+    if text is None:
+        return [], [kernel_log_unreadable(unreadable)]
+    events = events_since(parse_kernel_log(bound_log(text)), since, boot_epoch, now)
+    return events[-MAX_XID_EVENTS:], xid_findings(gpus, events)
+
+
+def probe(module, timeout, kernel_source, metas, boot_epoch, now):
+    """The GPU part of patrol's one probe -> (gpus or None, findings, new Xid events, the epoch they count from):
+    the --query-gpu sample, slowdown under load, and the Xid events written since the jobs started."""
+    gpus, findings = query(module, timeout)
+    findings = findings + throttle_findings(gpus)
+    # no nvidia-smi, no NVIDIA driver to log an Xid: a CPU-only box is not asked for its kernel log every tick
+    if any(f["code"] == "gpu_unavailable" for f in findings):
+        return gpus, findings, [], None
+    since = job_start(metas)
+    events, xid_notes = new_xid_events(module, kernel_source, timeout, gpus, since, boot_epoch, now)
+    return gpus, findings + xid_notes, events, since

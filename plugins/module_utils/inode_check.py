@@ -291,3 +291,23 @@ def separation_findings(durable_dir, tiers, device=_device, mount=mount_point):
             "controller before teardown." % ((" (the profile's durable tier: %s)" % notes[0]) if notes else ""),
             path=durable_dir))
     return found
+
+
+def path_usages(paths, warn_pct, fail_pct):
+    """(usage of each path, findings): statvfs of each, a missing path as missing_usage, an unreadable one as
+    ``path_unreadable``, and the thresholds of the rest."""
+    usages, findings = [], []
+    for path in paths:
+        try:
+            try:
+                usage = usage_from_statvfs(path, os.statvfs(path))
+            except (FileNotFoundError, NotADirectoryError):
+                usage = missing_usage(path)  # threshold_findings reports it (path_missing)
+        except OSError as exc:
+            usage = missing_usage(path)
+            findings.append(finding("WARN", "path_unreadable", "cannot statvfs %s: %s" % (path, exc.strerror),
+                                    "Check the mount.", path=path))
+        else:
+            findings.extend(threshold_findings(usage, warn_pct, fail_pct))
+        usages.append(usage)
+    return usages, findings

@@ -195,12 +195,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, inode_check, job_layout, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, job_layout, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_wrapper
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.detached_job import JobError, check_log, validate
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import nearest_existing
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.detached_job import JobError, check_disks, check_log, validate
 
-DISK_REFUSE_PCT = 99
 PID_WAIT_SECONDS = 10
 POLL_SECONDS = 0.1
 
@@ -243,27 +241,6 @@ def choose_detach(module):
         if not module.get_bin_path(tool):
             raise JobError("detach=nohup needs %s, which is not on PATH" % tool)
     return "nohup"
-
-
-def check_disks(paths):
-    """Refuse to start on a full or inode-exhausted filesystem (job directory or log)."""
-    problems = []
-    seen = set()
-    for path in (paths["job_dir"], os.path.dirname(paths["log_path"])):
-        probe = nearest_existing(path)
-        try:
-            st = os.statvfs(probe)
-        except OSError as exc:
-            raise JobError("cannot read filesystem statistics of %s: %s" % (probe, exc.strerror))
-        if st.f_fsid in seen and st.f_fsid:
-            continue
-        seen.add(st.f_fsid)
-        usage = inode_check.usage_from_statvfs(probe, st)
-        problems.extend(f for f in inode_check.threshold_findings(usage, DISK_REFUSE_PCT, DISK_REFUSE_PCT)
-                        if f["level"] == "FAIL")
-    if problems:
-        raise JobError("refusing to start: %s. %s" % (
-            "; ".join("%s: %s" % (f["code"], f["message"]) for f in problems), problems[0]["action"]))
 
 
 def prepare(module, paths):

@@ -314,11 +314,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_query, inode_check, job_layout, job_log
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol, jobs, procfs
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError, read_kernel_log
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, finding, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_patrol, inode_check, job_layout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_log, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
 
 
@@ -395,47 +394,10 @@ def validate(params):
     return job_list, regex
 
 
-def query_gpus(module, timeout):
-    """(gpus or None, findings) of the one --query-gpu run (gpu_patrol.sample)."""
-    try:
-        return gpu_patrol.sample(module.get_bin_path("nvidia-smi"), timeout)
-    except gpu_query.SmiError as exc:
-        if exc.kind == "not_installed":
-            return None, [finding("INFO", "gpu_unavailable", "%s or not on PATH" % exc,
-                                  "Nothing to do on a CPU-only box; otherwise check the driver.")]
-        if exc.kind == "timeout":
-            return None, [finding("WARN", "gpu_query_timeout", str(exc),
-                                  "Run remote_gpu.trainer.gpu_health; a hung nvidia-smi often means a GPU fault.")]
-        return None, [gpu_patrol.query_failed(str(exc))]
-
-
 def job_metas(params, job_list):
     """The trusted job.meta.json of each job ({} when it is missing or untrusted)."""
     run_dir = run_dir_of(params)
     return [job_layout.trusted_meta(job_layout.job_paths(run_dir, spec["name"]))[0] for spec in job_list]
-
-
-def new_xid_events(module, gpus, since, boot_epoch, now):
-    """(events written since ``since``, findings) from the kernel log, read as gpu_health reads it (journalctl -k,
-    else dmesg, or the file kernel_log names), in this module run."""
-    source = module.params["kernel_log"]
-    if source == "none" or since is None:
-        return [], []
-    try:
-        text, unreadable = read_kernel_log(module, source, module.params["timeout"])
-    except KernelLogError as exc:
-        raise StatusError(str(exc))
-    if text is None:
-        return [], [gpu_patrol.kernel_log_unreadable(unreadable)]
-    events = gpu_patrol.events_since(parse_kernel_log(gpu_patrol.bound_log(text)), since, boot_epoch, now)
-    return events[-gpu_patrol.MAX_XID_EVENTS:], gpu_patrol.xid_findings(gpus, events)
-
-
-def usage_of(path):
-    try:
-        return inode_check.usage_from_statvfs(path, os.statvfs(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return inode_check.missing_usage(path)
 
 
 def run(module):
@@ -453,27 +415,13 @@ def run(module):
         findings.extend(job_notes)
         findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60))
         reports.append(job)
-    usages = []
-    for path in params["paths"]:
-        try:
-            usage = usage_of(path)
-        except OSError as exc:
-            usage = inode_check.missing_usage(path)
-            findings.append(finding("WARN", "path_unreadable", "cannot statvfs %s: %s" % (path, exc.strerror),
-                                    "Check the mount.", path=path))
-        else:
-            findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
-        usages.append(usage)
+    usages, path_findings = inode_check.path_usages(params["paths"], params["warn_pct"], params["fail_pct"])
+    findings.extend(path_findings)
     gpus, xid_events, since = None, [], None
     if params["gpu"]:
-        gpus, gpu_findings = query_gpus(module, params["timeout"])
-        findings.extend(gpu_findings)
-        findings.extend(gpu_patrol.throttle_findings(gpus))
-        # no nvidia-smi, no NVIDIA driver to log an Xid: a CPU-only box is not asked for its kernel log every tick
-        if not any(f["code"] == "gpu_unavailable" for f in gpu_findings):
-            since = gpu_patrol.job_start(job_metas(params, job_list))
-            xid_events, xid_findings = new_xid_events(module, gpus, since, boot_epoch, now)
-            findings.extend(xid_findings)
+        gpus, gpu_notes, xid_events, since = gpu_patrol.probe(
+            module, params["timeout"], params["kernel_log"], job_metas(params, job_list), boot_epoch, now)
+        findings.extend(gpu_notes)
     return {"status": worst(findings), "jobs": reports, "paths": usages, "gpus": gpus, "oom_kills": oom,
             "findings": findings, "xid_events": xid_events, "xid_since": since}
 
@@ -485,7 +433,7 @@ def main():
              "findings": [], "xid_events": [], "xid_since": None}
     try:
         result = run(module)
-    except StatusError as exc:
+    except (StatusError, KernelLogError) as exc:
         module.fail_json(msg=str(exc), changed=False, **empty)
     exit_by_fail_on(module, result, module.params["fail_on"])
 
