@@ -81,7 +81,8 @@ def decide_host(host, host_vars, args, now, check_mode):
     if settings is not None:
         meter_stop = _host_var(host_vars, "trainer_meter_stop")
         found = autopilot.decide(host, probe, history, settings, meter_stop, now, job_name=args["job"],
-                                 billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"))
+                                 billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"),
+                                 clocks=_host_var(host_vars, "trainer_danger_clocks"))
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
             found.update(action="escalate", wanted="escalate", state="idle_manual",

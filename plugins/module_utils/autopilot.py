@@ -336,12 +336,21 @@ def _park(host, job, result, settings, history, meter_stop, now, billing, park):
         idle, park.get("how") or meter_stop.get("how") or "see the profile"), teardown=TEARDOWN.format(host=host))
 
 
-def decide(host, result, history, settings, meter_stop=None, now=0, job_name="train", billing=None, park=None):
+def console_hint(clocks=None):
+    """What to check in the platform's console for a box that stopped answering: the generic hint, plus the
+    profile's danger clocks (``trainer_danger_clocks``: balance, arrears, release, preemption facts) when given."""
+    facts = [str(clock.get("clock")) for clock in clocks or () if isinstance(clock, dict) and clock.get("clock")]
+    return CONSOLE_HINT + ("; on this platform: %s" % "; ".join(facts) if facts else "")
+
+
+def decide(host, result, history, settings, meter_stop=None, now=0, job_name="train", billing=None, park=None,
+           clocks=None):
     """One host's decision (pure). ``result``: the registered job_status result (unreachable, failed, skipped or
     None included); ``history``: the host's records, oldest first; ``settings``: settings_of's dict;
     ``meter_stop``: the profile's trainer_meter_stop (never run: it names the teardown when the box cannot be
     parked); ``park``: the profile's trainer_park (a reversible stop, in the box or through the API); ``billing``:
-    {price, currency} when the box bills."""
+    {price, currency} when the box bills; ``clocks``: the profile's trainer_danger_clocks (the console hint of a box
+    that stays unreachable names them)."""
     previous = previous_state(history)
     reachable, error = probe_outcome(result)
     job = None if error else job_of(result, job_name)
@@ -355,7 +364,7 @@ def decide(host, result, history, settings, meter_stop=None, now=0, job_name="tr
         if minutes >= settings["unreachable_minutes"]:
             found = _decision("unreachable_escalated", "escalate",
                               "unreachable for %d min (autopilot_unreachable_minutes %d): %s. Last error: %s" % (
-                                  int(minutes), settings["unreachable_minutes"], CONSOLE_HINT, error))
+                                  int(minutes), settings["unreachable_minutes"], console_hint(clocks), error))
         else:
             found = _decision("unreachable", "none", "unreachable (%s); nothing is healed or stopped" % error)
     elif error:

@@ -143,6 +143,16 @@ CASES = [
 ]
 
 
+def test_a_box_unreachable_too_long_names_the_platforms_danger_clocks():
+    history = [rec(NOW - 3000, "running"), rec(NOW - 2400, "unreachable"), rec(NOW - 60, "unreachable")]
+    clocks = [{"clock": "arrears force a stop", "verified": "2026-06"}, "not a clock", {"verified": "2026-06"}]
+    found = ap.decide("h", {"unreachable": True, "msg": "timed out"}, history, ON, AUTODL[0], NOW, park=AUTODL[1],
+                      clocks=clocks)
+    assert found["state"] == "unreachable_escalated"
+    assert "balance" in found["reason"] and "on this platform: arrears force a stop." in found["reason"]
+    assert ap.console_hint(None) == ap.CONSOLE_HINT
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
 def test_decisions(case):
     _id, result, history, settings, meter, action, state, item_, words, events = case
