@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import LAB, REPO, needs_root, started_fleet
+from conftest import LAB, REPO, needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -139,13 +139,21 @@ def put(fleet, host, path, data):
 
 def test_runpod_teardown_ends_in_one_api_stop_for_the_approved_host_only(fleet, tmp_path):
     """The user's runpod.yml, a verified pull, approval of lab-01 only: the fake records exactly one DELETE of
-    lab-01's pod, which lands in lab-01's meter log; lab-02 (not approved) gets nothing; runpodctl never runs."""
+    lab-01's pod, which lands in lab-01's meter log and stops that lab instance (it no longer answers); lab-02 (not
+    approved) gets nothing and still answers; runpodctl never runs."""
     from lab_teardown_support import safetensors_bytes, torch_zip_bytes  # pylint: disable=import-outside-toplevel
     hosts = ("lab-01", "lab-02")
     pods = [fake_api.runpod_pod(i, *address(fleet, host), name=host) for i, host in enumerate(hosts, 1)]
     fake = fake_api.FakeAPI("runpod", KEY, pods).start()
-    fake.on_lifecycle = fake_api.meter_log_hook(
+    record = fake_api.meter_log_hook(
         {pod["id"]: (host, fleet.hosts[host]["lab_meter_log"]) for pod, host in zip(pods, hosts)})
+    host_of = {pod["id"]: host for pod, host in zip(pods, hosts)}
+
+    def stop_the_lab_instance(pod, verb, provider=None):
+        """The API verb hits the lab instance: its meter log records it, and it stops answering (fleet vanish)."""
+        record(pod, verb, provider)
+        run_fleet(["vanish", host_of[pod["id"]]], fleet.state)
+    fake.on_lifecycle = stop_the_lab_instance
     for host in hosts:
         open(fleet.hosts[host]["lab_meter_log"], "w", encoding="utf-8").close()
     run_id = "provider-teardown"
@@ -167,9 +175,16 @@ def test_runpod_teardown_ends_in_one_api_stop_for_the_approved_host_only(fleet, 
                                "teardown_pull_root": str(pulls)}),
              "-e", "teardown_approve=lab-01"],
             capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL, check=False)
+        argv = fleet.ssh_argv("lab-01", "true")
+        argv[argv.index("ConnectTimeout=10")] = "ConnectTimeout=3"
+        gone = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        still = fleet.ssh("lab-02", "true", check=False)
     finally:
         fake.stop()
+        run_fleet(["revive", "lab-01"], fleet.state, check=False)
     out = proc.stdout + proc.stderr
+    assert gone.returncode == 255 and "timed out" in gone.stderr, gone.stderr  # the stopped box is gone
+    assert still.returncode == 0  # the host that was not approved still answers
     assert "teardown refused for lab-02" in out, out[-4000:]  # not approved: the gate fails it, rc != 0
     assert (pulls / "lab-01" / run_id / "PULL_VERIFIED.json").exists(), out[-4000:]
     verbs = [(r["method"], r["path"]) for r in fake.api_requests() if r["method"] != "GET"]
