@@ -28,8 +28,8 @@ import time
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    USAGE_FIELDS, NvidiaSmiParseError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int, to_number)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import SmiError
+    USAGE_FIELDS, NvidiaSmiParseError, SmiError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int,
+    to_number)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_errors import classify_error
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log

@@ -11,18 +11,10 @@ import os
 from . import state as st
 
 
-def _instance(state: str, host: str) -> dict:
-    record = st.load(state) or {}
-    for inst in record.get("instances", []):
-        if inst["name"] == host:
-            return inst
-    raise KeyError(f"no instance {host} in {state}/fleet.json")
-
-
 def host_pid(host: str, ns_pid: int, state: str | None = None) -> int:
     """The host PID of process ns_pid of the instance (matched by PID namespace and NSpid)."""
     state = state or st.state_dir()
-    inst = _instance(state, host)
+    inst = st.instance(state, host)
     init = (inst.get("init") or {}).get("pid")
     if not init or not st.alive(inst["init"]):
         raise RuntimeError(f"{host} is not running")
@@ -56,7 +48,7 @@ def register(host: str, ns_pid: int, mib: int, name: str, state: str | None = No
 
 def clear(host: str, state: str | None = None) -> None:
     state = state or st.state_dir()
-    _instance(state, host)
+    st.instance(state, host)
     open(os.path.join(st.host_dir(state, host), "gpu", "apps"), "w").close()
 
 

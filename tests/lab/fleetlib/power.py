@@ -28,16 +28,8 @@ from . import state as st
 ONSTART = "/root/onstart.sh"
 
 
-def _instance(state: str, host: str) -> dict:
-    record = st.load(state) or {}
-    for inst in record.get("instances", []):
-        if inst["name"] == host:
-            return inst
-    raise KeyError(f"no instance {host} in {state}/fleet.json")
-
-
 def _init(state: str, host: str) -> tuple:
-    inst = _instance(state, host)
+    inst = st.instance(state, host)
     if "down" in inst.get("variants", []):
         raise RuntimeError(f"{host} has the variant 'down': it has no processes")
     init = inst.get("init") or {}

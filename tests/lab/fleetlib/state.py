@@ -210,3 +210,12 @@ def teardown(state: str, log=print) -> list:
         for p in problems:
             log(f"fleet down: {p}")
     return problems
+
+
+def instance(state: str, host: str) -> dict:
+    """The record of instance ``host`` in the fleet of ``state``; KeyError when there is none."""
+    record = load(state) or {}
+    for inst in record.get("instances", []):
+        if inst["name"] == host:
+            return inst
+    raise KeyError(f"no instance {host} in {state}/fleet.json")

@@ -68,7 +68,26 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_GET = _record
 
 
-class WebhookReceiver:
+class _Served:
+    """start() (in the subclass) serves ``self._server`` on ``self._thread``; stop() ends it; usable as a context."""
+    _server = None
+    _thread = None
+
+    def stop(self):
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=10)
+            self._server = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class WebhookReceiver(_Served):
     """An HTTP server on 127.0.0.1 (or ``host``) that records every request and answers ``status`` (default 200)."""
 
     def __init__(self, host="127.0.0.1", port=0, status=200, body=None, verbose=False):
@@ -108,19 +127,6 @@ class WebhookReceiver:
     def clear(self):
         with self.lock:
             self.records.clear()
-
-    def stop(self):
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=10)
-            self._server = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 class _SMTPHandler(socketserver.StreamRequestHandler):
@@ -217,7 +223,7 @@ class _SMTPServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
-class SMTPReceiver:
+class SMTPReceiver(_Served):
     """A plain SMTP server on 127.0.0.1 that records each mail; with ``password`` it refuses another password."""
 
     def __init__(self, host="127.0.0.1", port=0, password=None):
@@ -236,19 +242,6 @@ class SMTPReceiver:
     def messages(self):
         with self.lock:
             return [dict(r) for r in self.records]
-
-    def stop(self):
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join(timeout=10)
-            self._server = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def main():
