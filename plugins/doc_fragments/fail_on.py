@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The O(fail_on) option of the modules that end by findings (module_utils/findings.py exit_by_fail_on)."""
+    """The O(fail_on) option of the modules that end by findings (module_utils/findings.py FAIL_ON_OPTION, run_check)."""
 
     DOCUMENTATION = r"""
 options:

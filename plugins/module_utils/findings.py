@@ -14,6 +14,8 @@ LEVELS = ("PASS", "INFO", "WARN", "FAIL")
 # INFO ranks with PASS: it informs, it never changes a verdict.
 _RANK = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
 FAIL_ON_CHOICES = ("FAIL", "WARN", "never")
+# the fail_on option of every probe module (its documentation: the doc fragment remote_gpu.trainer.fail_on)
+FAIL_ON_OPTION = dict(type="str", choices=list(FAIL_ON_CHOICES), default="FAIL")
 
 
 def rank(level):
@@ -74,3 +76,13 @@ def exit_by_fail_on(module, result, fail_on, message=finding_message):
         top = worst_finding(result.get("findings") or [])
         module.fail_json(msg=message(top) if top else "status %s" % result["status"], **result)
     module.exit_json(**result)
+
+
+def run_check(module, check, error_type, empty_result, message=finding_message):
+    """The end every check module shares: ``check(module.params)`` -> its result, ended by ``fail_on``; the check's
+    one error type -> a failure with that message and the check's empty result (the same keys)."""
+    try:
+        result = check(module.params)
+    except error_type as exc:
+        module.fail_json(msg=str(exc), changed=False, **empty_result())
+    exit_by_fail_on(module, result, module.params["fail_on"], message)

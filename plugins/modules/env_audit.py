@@ -26,7 +26,6 @@ description:
   - Checks that the proxy hook the profile expects is present.
   - Read-only.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.fail_on
 options:
@@ -134,24 +133,15 @@ proxy_hook:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_probe
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, run_check
 
 
 def build_module():
-    return AnsibleModule(
-        argument_spec=dict(env_probe.ARGUMENT_SPEC,
-                           fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL")),
-        supports_check_mode=True,
-    )
+    return AnsibleModule(argument_spec=dict(env_probe.ARGUMENT_SPEC, fail_on=FAIL_ON_OPTION), supports_check_mode=True)
 
 
 def main():
-    module = build_module()
-    try:
-        result = env_probe.audit(module.params)
-    except env_probe.EnvAuditError as exc:
-        module.fail_json(msg=str(exc), changed=False, **env_probe.empty_result())
-    exit_by_fail_on(module, result, module.params["fail_on"])
+    run_check(build_module(), env_probe.audit, env_probe.EnvAuditError, env_probe.empty_result)
 
 
 if __name__ == "__main__":

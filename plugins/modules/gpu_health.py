@@ -30,10 +30,8 @@ description:
     also hot), V(running_hot), V(pcie_link_degraded), V(xid_app_fault), V(kernel_log_unreadable) (WARN);
     V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off) (INFO)."
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.posix
-attributes:
-  check_mode:
-    support: full
+  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.fail_on
 options:
   expected_count:
     description:
@@ -78,12 +76,6 @@ options:
         are read.
     type: str
     default: auto
-  fail_on:
-    description:
-      - Lowest status that fails the task. V(never) only reports.
-    type: str
-    choices: [FAIL, WARN, never]
-    default: FAIL
   nvidia_smi_path:
     description:
       - Path of the nvidia-smi binary. Found on E(PATH) when omitted.
@@ -226,23 +218,19 @@ samples:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, run_check
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_health import (
     ARGUMENT_SPEC, GpuHealthError, check_gpus, empty_result)
 
 
 def build_module():
-    fail_on = dict(type="str", default="FAIL", choices=["FAIL", "WARN", "never"])
-    return AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, fail_on=fail_on), supports_check_mode=True)
+    return AnsibleModule(argument_spec=dict(ARGUMENT_SPEC, fail_on=FAIL_ON_OPTION), supports_check_mode=True)
 
 
 def main():
     module = build_module()
-    try:
-        result = check_gpus(module, module.params)
-    except GpuHealthError as exc:
-        module.fail_json(msg=str(exc), changed=False, **empty_result())
-    exit_by_fail_on(module, result, module.params["fail_on"], message=lambda top: top["message"])
+    run_check(module, lambda params: check_gpus(module, params), GpuHealthError, empty_result,
+              message=lambda top: top["message"])
 
 
 if __name__ == "__main__":

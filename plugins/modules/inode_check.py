@@ -26,7 +26,6 @@ description:
     verb (C(durable_not_separate)).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.disk_thresholds
   - remote_gpu.trainer.fail_on
@@ -232,24 +231,16 @@ hf_cache:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import storage_probe
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, run_check
 
 
 def build_module():
-    return AnsibleModule(
-        argument_spec=dict(storage_probe.ARGUMENT_SPEC,
-                           fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL")),
-        supports_check_mode=True,
-    )
+    return AnsibleModule(argument_spec=dict(storage_probe.ARGUMENT_SPEC, fail_on=FAIL_ON_OPTION),
+                         supports_check_mode=True)
 
 
 def main():
-    module = build_module()
-    try:
-        result = storage_probe.run(module.params)
-    except storage_probe.InodeCheckError as exc:
-        module.fail_json(msg=str(exc), changed=False, **storage_probe.empty_result())
-    exit_by_fail_on(module, result, module.params["fail_on"])
+    run_check(build_module(), storage_probe.run, storage_probe.InodeCheckError, storage_probe.empty_result)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ description:
     C(kernel_log_unreadable) INFO, never a failure.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.disk_thresholds
   - remote_gpu.trainer.fail_on
@@ -317,7 +316,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_patrol, inode_check, job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_log, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import exit_by_fail_on, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, run_check, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
 
 
@@ -344,7 +343,7 @@ def build_module():
             timeout=dict(type="int", default=15),
             kernel_log=dict(type="str", default="auto"),
             cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
-            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
+            fail_on=FAIL_ON_OPTION,
         ),
         mutually_exclusive=[("name", "jobs")],
         required_one_of=[("name", "jobs")],
@@ -426,16 +425,15 @@ def run(module):
             "findings": findings, "xid_events": xid_events, "xid_since": since}
 
 
+def empty_result():
+    return {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
+            "findings": [], "xid_events": [], "xid_since": None}
+
+
 def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
-    empty = {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
-             "findings": [], "xid_events": [], "xid_since": None}
-    try:
-        result = run(module)
-    except (StatusError, KernelLogError) as exc:
-        module.fail_json(msg=str(exc), changed=False, **empty)
-    exit_by_fail_on(module, result, module.params["fail_on"])
+    run_check(module, lambda _params: run(module), (StatusError, KernelLogError), empty_result)
 
 
 if __name__ == "__main__":

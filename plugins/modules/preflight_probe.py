@@ -20,11 +20,10 @@ description:
     C(env_probe.py)), so they give the same findings, and each one's result is returned under the module's name
     (RV(inode_check), RV(gpu_health), RV(env_audit)), as that module returns it."
   - The GPU check runs in a thread of its own, and the environment's reads (cgroup, the torch import in a child
-    process) in another, while the storage is checked. The GPU sampling (O(gpu.sample_seconds)) overlaps the other
+    process) in another, while the storage is checked. The GPU sampling (C(sample_seconds) of O(gpu)) overlaps the other
     checks instead of adding to them. The environment is judged last, with what the GPU check found.
-  - When O(env.driver_cuda_version), O(env.gpus_expected) or O(env.gpu_names) are omitted, they are taken from the GPU
-    check (its C(cuda_version), whether it found GPUs, and their names), as C(playbooks/preflight.yml) passed them
-    when the checks were three tasks.
+  - When the O(env) keys C(driver_cuda_version), C(gpus_expected) or C(gpu_names) are omitted, they are taken from the
+    GPU check (its C(cuda_version), whether it found GPUs, and their names).
   - Every parameter of every check is checked before any check starts; a wrong one fails the task with a message
     that names the check (C(storage:), C(gpu:) or C(env:)). A check that fails while it runs (a filesystem whose
     statistics cannot be read, a kernel log that is not a regular file) fails the task the same way, with the results
@@ -33,186 +32,32 @@ description:
     under a timeout.
   - The task fails only when RV(status) is at or above O(fail_on); the same keys are returned either way.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
   - remote_gpu.trainer.fail_on
 options:
   storage:
     description:
-      - The storage check, with the options of M(remote_gpu.trainer.inode_check) but O(remote_gpu.trainer.inode_check#module:fail_on).
+      - The storage check - the options of M(remote_gpu.trainer.inode_check), all but its C(fail_on), as a dictionary.
+        They are checked against that module's own argument specification (C(module_utils/storage_probe.py)), so
+        their types, defaults and checks are that module's; see its documentation.
     type: dict
     required: true
-    suboptions:
-      paths:
-        description: As O(remote_gpu.trainer.inode_check#module:paths).
-        type: list
-        elements: path
-        required: true
-      warn_pct:
-        description: As O(remote_gpu.trainer.inode_check#module:warn_pct).
-        type: int
-        default: 85
-      fail_pct:
-        description: As O(remote_gpu.trainer.inode_check#module:fail_pct).
-        type: int
-        default: 95
-      top:
-        description: As O(remote_gpu.trainer.inode_check#module:top).
-        type: int
-        default: 5
-      budgets:
-        description: As O(remote_gpu.trainer.inode_check#module:budgets).
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          path:
-            description: A path on the filesystem the need applies to.
-            type: path
-            required: true
-          label:
-            description: What the need is for, used in messages.
-            type: str
-            default: projected need
-          bytes:
-            description: Bytes needed (0 or more).
-            type: int
-            default: 0
-          inodes:
-            description: Inodes (files and directories) needed (0 or more).
-            type: int
-            default: 0
-      hf_cache:
-        description: As O(remote_gpu.trainer.inode_check#module:hf_cache).
-        type: str
-        default: ~/.cache/huggingface
-      hf_home:
-        description: As O(remote_gpu.trainer.inode_check#module:hf_home).
-        type: str
-        default: ""
-      durable_dir:
-        description: As O(remote_gpu.trainer.inode_check#module:durable_dir).
-        type: path
-        default: ""
-      storage_tiers:
-        description: As O(remote_gpu.trainer.inode_check#module:storage_tiers).
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          name:
-            description: The tier's name, used in messages.
-            type: str
-            default: ""
-          path:
-            description: A path on the tier.
-            type: path
-            required: true
-          lost_on:
-            description: The verbs that destroy this tier (C(terminate), C(release), ...).
-            type: list
-            elements: str
-            default: []
-          survives:
-            description: The verbs this tier survives (not used).
-            type: list
-            elements: str
-            default: []
-          shared:
-            description: Who shares the tier (not used).
-            type: str
-          note:
-            description: The profile's note, quoted in messages.
-            type: str
-      hf_cache_warn_gib:
-        description: As O(remote_gpu.trainer.inode_check#module:hf_cache_warn_gib).
-        type: int
-        default: 10
   gpu:
     description:
-      - The GPU check, with the options of M(remote_gpu.trainer.gpu_health) but O(remote_gpu.trainer.gpu_health#module:fail_on).
-      - Omitted, every option has its default.
+      - The GPU check - the options of M(remote_gpu.trainer.gpu_health), all but its C(fail_on), as a dictionary,
+        checked against that module's argument specification (C(module_utils/gpu_health.py)).
+      - Its sampling (C(sample_seconds), 5 by default) runs while the storage and the environment are checked.
     type: dict
     default: {}
-    suboptions:
-      expected_count:
-        description: As O(remote_gpu.trainer.gpu_health#module:expected_count). Not checked when omitted.
-        type: int
-      expected_name:
-        description: As O(remote_gpu.trainer.gpu_health#module:expected_name). Not checked when omitted.
-        type: str
-      min_memory_mib:
-        description: As O(remote_gpu.trainer.gpu_health#module:min_memory_mib). Not checked when omitted.
-        type: int
-      temp_hot_c:
-        description: As O(remote_gpu.trainer.gpu_health#module:temp_hot_c).
-        type: int
-        default: 83
-      sm_clock_floor_pct:
-        description: As O(remote_gpu.trainer.gpu_health#module:sm_clock_floor_pct).
-        type: int
-        default: 70
-      sample_seconds:
-        description:
-          - As O(remote_gpu.trainer.gpu_health#module:sample_seconds). The samples are taken while the storage and
-            the environment are checked.
-        type: float
-        default: 5
-      kernel_log:
-        description: As O(remote_gpu.trainer.gpu_health#module:kernel_log).
-        type: str
-        default: auto
-      nvidia_smi_path:
-        description: As O(remote_gpu.trainer.gpu_health#module:nvidia_smi_path).
-        type: path
-      timeout:
-        description: As O(remote_gpu.trainer.gpu_health#module:timeout).
-        type: int
-        default: 20
-      platform_stop_hint:
-        description: As O(remote_gpu.trainer.gpu_health#module:platform_stop_hint).
-        type: str
-        default: stop the instance in the provider's console
   env:
     description:
-      - The environment audit, with the options of M(remote_gpu.trainer.env_audit) but
-        O(remote_gpu.trainer.env_audit#module:fail_on).
-      - Omitted, every option has its default.
+      - The environment check - the options of M(remote_gpu.trainer.env_audit), all but its C(fail_on), as a
+        dictionary, checked against that module's argument specification (C(module_utils/env_probe.py)).
+      - Two more keys, C(gpus_expected) (bool) and C(gpu_names) (list of str), say whether GPUs are expected and
+        which; torch's kernels are judged against those names. They, and C(driver_cuda_version), default to what
+        the GPU check found.
     type: dict
     default: {}
-    suboptions:
-      proxy_hook:
-        description: As O(remote_gpu.trainer.env_audit#module:proxy_hook).
-        type: str
-        default: ""
-      driver_cuda_version:
-        description:
-          - As O(remote_gpu.trainer.env_audit#module:driver_cuda_version).
-          - Omitted, the CUDA version the GPU check read from the driver (none when it read none).
-        type: str
-      gpus_expected:
-        description:
-          - As O(remote_gpu.trainer.env_audit#module:gpus_expected).
-          - Omitted, whether the GPU check found GPUs.
-        type: bool
-      gpu_names:
-        description:
-          - As O(remote_gpu.trainer.env_audit#module:gpu_names).
-          - Omitted, the names of the GPUs the GPU check found, in index order.
-        type: list
-        elements: str
-      torch:
-        description: As O(remote_gpu.trainer.env_audit#module:torch).
-        type: bool
-        default: true
-      torch_timeout:
-        description: As O(remote_gpu.trainer.env_audit#module:torch_timeout).
-        type: int
-        default: 120
-      cgroup_root:
-        description: As O(remote_gpu.trainer.env_audit#module:cgroup_root).
-        type: path
-        default: /sys/fs/cgroup
 notes:
   - The findings, their codes and levels are those of the three modules; see their documentation.
   - Reading the kernel log may need root (C(become)) or membership of the C(systemd-journal) or C(adm) group.
@@ -258,12 +103,7 @@ inode_check:
     - Null when the task failed before the check ran or the check itself failed.
   type: dict
   returned: always
-  sample:
-    status: PASS
-    paths: []
-    findings: []
-    hf_cache: null
-    hf_home: null
+  sample: {status: PASS, paths: [], findings: [], hf_cache: null, hf_home: null}
 gpu_health:
   description:
     - The GPU check's result, the keys M(remote_gpu.trainer.gpu_health) returns (C(status), C(gpus), C(findings),
@@ -272,13 +112,8 @@ gpu_health:
   type: dict
   returned: always
   sample:
-    status: PASS
-    gpus: []
-    findings: []
-    xid_events: []
-    driver_version: "535.161.08"
-    cuda_version: "12.2"
-    samples: 5
+    {status: PASS, gpus: [], findings: [], xid_events: [], driver_version: "535.161.08", cuda_version: "12.2",
+     samples: 5}
 env_audit:
   description:
     - The environment audit's result, the keys M(remote_gpu.trainer.env_audit) returns (C(status), C(findings),
@@ -287,12 +122,8 @@ env_audit:
   type: dict
   returned: always
   sample:
-    status: PASS
-    findings: []
-    torch: null
-    cgroup: {}
-    proxy_hook: {path: null, present: null}
-    python: {executable: /usr/bin/python3, version: 3.11.2}
+    {status: PASS, findings: [], torch: null, cgroup: {}, proxy_hook: {path: null, present: null},
+     python: {executable: /usr/bin/python3, version: 3.11.2}}
 seconds:
   description:
     - Wall seconds each check took (C(storage), C(gpu), C(env)) and the whole probe (C(total)), rounded to ms.
@@ -306,10 +137,12 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_probe, gpu_health, storage_probe
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import (
-    at_or_above, finding_message, worst, worst_finding)
+    FAIL_ON_OPTION, at_or_above, finding_message, worst, worst_finding)
 
 # The checks in the order a preflight row lists their findings (GPU, storage, environment): (suboption, result key)
 CHECKS = (("gpu", "gpu_health"), ("storage", "inode_check"), ("env", "env_audit"))
@@ -317,6 +150,10 @@ CHECKS = (("gpu", "gpu_health"), ("storage", "inode_check"), ("env", "env_audit"
 ENV_SPEC = dict(env_probe.ARGUMENT_SPEC, gpus_expected=dict(type="bool"),
                 gpu_names=dict(type="list", elements="str"))
 ERRORS = (storage_probe.InodeCheckError, gpu_health.GpuHealthError, env_probe.EnvAuditError)
+# each check's suboptions: (name, its module's argument spec, its own checks)
+SECTIONS = (("storage", storage_probe.ARGUMENT_SPEC, storage_probe.validate),
+            ("gpu", gpu_health.ARGUMENT_SPEC, gpu_health.validate),
+            ("env", ENV_SPEC, env_probe.validate))
 
 
 class Background:
@@ -347,15 +184,28 @@ class Background:
         return self._box.get("seconds")
 
 
+def section_params(spec, value):
+    """One check's suboptions, typed and defaulted by that check's own argument spec -> dict; raises ValueError
+    with the messages of every wrong one."""
+    validated = ArgumentSpecValidator(spec).validate(dict(value or {}))
+    messages = [("unsupported parameters: " if isinstance(error, UnsupportedError) else "") + error.msg
+                for error in validated.errors.errors]
+    if messages:
+        raise ValueError("; ".join(messages))
+    return validated.validated_parameters
+
+
 def validate(params):
-    """Check every check's parameters before any check starts -> None, or the message naming the check."""
-    checks = (("storage", storage_probe.validate), ("gpu", gpu_health.validate), ("env", env_probe.validate))
-    for name, check in checks:
+    """Type and check every check's parameters before any check starts -> (params with each check's parameters
+    validated, None), or (None, the message naming the check)."""
+    checked = dict(params)
+    for name, spec, check in SECTIONS:
         try:
-            check(params[name])
-        except ERRORS as exc:
-            return "%s: %s" % (name, exc)
-    return None
+            checked[name] = section_params(spec, params[name])
+            check(checked[name])
+        except (ValueError,) + ERRORS as exc:
+            return None, "%s: %s" % (name, exc)
+    return checked, None
 
 
 def timed(func, *args):
@@ -405,10 +255,11 @@ def top_finding(result):
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            storage=dict(type="dict", required=True, options=storage_probe.ARGUMENT_SPEC),
-            gpu=dict(type="dict", default={}, apply_defaults=True, options=gpu_health.ARGUMENT_SPEC),
-            env=dict(type="dict", default={}, apply_defaults=True, options=ENV_SPEC),
-            fail_on=dict(type="str", choices=["FAIL", "WARN", "never"], default="FAIL"),
+            # each check's suboptions are typed by that check's own spec, in validate()
+            storage=dict(type="dict", required=True),
+            gpu=dict(type="dict", default={}),
+            env=dict(type="dict", default={}),
+            fail_on=FAIL_ON_OPTION,
         ),
         supports_check_mode=True,
     )
@@ -420,10 +271,10 @@ def empty_result():
 
 def main():
     module = build_module()
-    error = validate(module.params)
+    params, error = validate(module.params)
     if error:
         module.fail_json(msg=error, **empty_result())
-    result, error = run_probe(module, module.params)
+    result, error = run_probe(module, params)
     result["changed"] = False
     if error:
         module.fail_json(msg=error, **result)

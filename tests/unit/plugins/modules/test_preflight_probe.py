@@ -150,6 +150,10 @@ def test_the_gpu_facts_reach_the_environment_audit(module_runner, tmp_path, monk
     ("gpu", {"sample_seconds": -1}, "gpu: sample_seconds must be a number from 0 to 600"),
     ("gpu", {"expected_name": "H100("}, "gpu: expected_name is not a valid regular expression"),
     ("env", {"torch_timeout": 0}, "env: torch_timeout must be a positive number"),
+    # typed by the check's own module spec: a wrong type or an unknown key is refused the same way
+    ("storage", {"warn_pct": "lots"}, "storage: argument 'warn_pct' is of type str and we were unable to convert"),
+    ("gpu", {"sample_second": 1}, "gpu: unsupported parameters: sample_second. Supported parameters include"),
+    ("env", {"gpus_expected": "perhaps"}, "env: argument 'gpus_expected' is of type str"),
 ])
 def test_a_wrong_parameter_names_its_check_and_nothing_runs(module_runner, tmp_path, check, args, message):
     params = {"storage": {"paths": [str(tmp_path)]}, "gpu": {"nvidia_smi_path": str(tmp_path / "absent")},
