@@ -27,7 +27,6 @@ NO_FINDINGS_FAIL = ["throttle_active", "ecc_uncorrectable_volatile", "remapped_r
                     "driver_unavailable", "gpu_count_mismatch"]
 
 
-
 def found_on_gpus(code, gpus=1):
     """The ``codes`` and ``gpu_codes`` of a scenario whose one finding ``code`` stands on each of its ``gpus`` GPUs."""
     return {"codes": [code], "gpu_codes": {index: [code] for index in range(gpus)}}

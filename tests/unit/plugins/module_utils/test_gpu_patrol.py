@@ -137,8 +137,8 @@ def test_a_field_the_driver_rejects_is_dropped_and_asked_again(smi_script):
     table = [entry for entry in gp.PATROL_FIELDS if entry[0] != "clocks_throttle_reasons.active"]
     rows = project("query-gpu-all-fields__nvidia-h200__590.48.01__linux-x86_64.load.csv", table)
     smi = smi_script("if 'clocks_throttle_reasons.active' in args[0]:\n"
-                             "    sys.stderr.write('Field \"clocks_throttle_reasons.active\" is not a valid field to "
-                             "query.\\n')\n    sys.exit(2)\nsys.stdout.write(%r)" % rows)
+                     "    sys.stderr.write('Field \"clocks_throttle_reasons.active\" is not a valid field to "
+                     "query.\\n')\n    sys.exit(2)\nsys.stdout.write(%r)" % rows)
     gpus, findings = gp.sample(smi, 5)
     assert findings == [] and gpus[0]["throttle_reasons"] is None and gpus[0]["utilization_pct"] == 100
 

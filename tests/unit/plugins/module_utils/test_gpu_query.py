@@ -52,7 +52,7 @@ def test_the_one_wording_of_failures(smi_script):
         gq.run_smi(hung, ["-L"], 1)
     assert (info.value.kind, str(info.value)) == ("timeout", "nvidia-smi timed out after 1 s")
     broken = smi_script("print('first'); sys.stderr.write(\"NVIDIA-SMI has failed because it couldn't "
-                                "communicate with the NVIDIA driver.\\n\"); sys.exit(9)")
+                        "communicate with the NVIDIA driver.\\n\"); sys.exit(9)")
     with pytest.raises(gq.SmiError) as info:
         gq.run_smi(broken, ["-L"], 5)
     assert info.value.kind == "failed" and info.value.rc == 9
@@ -63,9 +63,9 @@ def test_the_one_wording_of_failures(smi_script):
 
 def test_query_gpus_asks_the_fields_in_order_under_the_c_locale(smi_script):
     smi = smi_script("import os\nassert os.environ['LC_ALL'] == 'C'\n"
-                             "assert args == ['--query-gpu=index,utilization.gpu,memory.used,memory.total', "
-                             "'--format=csv,noheader,nounits'], args\nprint('0, 97, 70211, 81559')\n"
-                             "print('1, [N/A], 10, 81559')")
+                     "assert args == ['--query-gpu=index,utilization.gpu,memory.used,memory.total', "
+                     "'--format=csv,noheader,nounits'], args\nprint('0, 97, 70211, 81559')\n"
+                     "print('1, [N/A], 10, 81559')")
     gpus = gq.query_gpus(smi, gq.USAGE_FIELDS, 5)
     assert gpus[0] == {"index": 0, "utilization_pct": 97, "memory_used_mib": 70211, "memory_total_mib": 81559}
     assert gpus[1]["utilization_pct"] is None
