@@ -423,33 +423,12 @@ def in_probe(case):
 PREFLIGHT_PROBE = [in_probe(case) for case in GPU_HEALTH + ENV_AUDIT + INODE_CHECK]
 
 
-@pytest.mark.parametrize("case", PREFLIGHT_PROBE, ids=str)
-def test_preflight_probe(case, hostile):
-    hostile(case)
+# every table of this sweep, one test: each case's name starts with its module (``-k gpu_health`` selects one)
+CASES = PREFLIGHT_PROBE + GPU_HEALTH + ENV_AUDIT + INODE_CHECK + VRAM_REAPER + FLEET_REPORT
 
 
-@pytest.mark.parametrize("case", GPU_HEALTH, ids=str)
-def test_gpu_health(case, hostile):
-    hostile(case)
-
-
-@pytest.mark.parametrize("case", ENV_AUDIT, ids=str)
-def test_env_audit(case, hostile):
-    hostile(case)
-
-
-@pytest.mark.parametrize("case", INODE_CHECK, ids=str)
-def test_inode_check(case, hostile):
-    hostile(case)
-
-
-@pytest.mark.parametrize("case", VRAM_REAPER, ids=str)
-def test_vram_reaper(case, hostile):
-    hostile(case)
-
-
-@pytest.mark.parametrize("case", FLEET_REPORT, ids=str)
-def test_fleet_report(case, hostile):
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_probes(case, hostile):
     hostile(case)
 
 

@@ -286,32 +286,75 @@ def no_rsync(result, tmp):
     assert (tmp / "work" / "code" / "train.py").exists()
 
 
-PUSH = [
-    Case("push_code: empty dest (would be / after the trailing slash) is refused", PushCode, push_args(dest=""),
-         "error", "dest is empty", check=no_rsync),
-    Case("push_code: dest / is refused", PushCode, push_args(dest="/"), "error", "root of the filesystem",
-         check=no_rsync),
-    Case("push_code: dest // is refused", PushCode, push_args(dest="//"), "error", "root of the filesystem",
-         check=no_rsync),
-    Case("push_code: dest that is an rsync option (--log-file=...) is refused, no log written", PushCode,
-         push_args(dest=lambda tmp: "--log-file=%s" % (tmp / "pwned.log")), "error", "not an absolute path",
-         check=lambda result, tmp: (no_rsync(result, tmp), not (tmp / "pwned.log").exists() or pytest.fail())),
+# --------------------------------------------------------------------------- pull_verify: its rsync argv only
+
+
+def pull_args(**extra):
+    def args(tmp):
+        root = tmp / "box" / "runs" / "exp42"
+        root.mkdir(parents=True)
+        result = {"src": str(root), "manifest_path": str(tmp / "box" / "runs" / "PULL_MANIFEST.exp42.json"),
+                  "manifest_sha256": "0" * 64, "run_id": "exp42", "pull_root": str(tmp / "pulls")}
+        result.update({key: (value(tmp) if callable(value) else value) for key, value in extra.items()})
+        return result
+    return args
+
+
+def nothing_pulled(result, tmp):
+    assert CALLS == [], CALLS
+    assert not (tmp / "pulls").exists() or not any((tmp / "pulls").rglob("*.pt"))
+
+
+# --------------------------------------------------------------------------- what push_code and pull_verify both refuse
+
+
+def log_file_option(tmp):
+    return "--log-file=%s" % (tmp / "pwned.log")
+
+
+def no_log_written(nothing_ran):
+    """``nothing_ran``, and the --log-file that the hostile value asked for was never written."""
+    return lambda result, tmp: (nothing_ran(result, tmp), not (tmp / "pwned.log").exists() or pytest.fail())
+
+
+def refused_alike(fragment, push, pull):
+    """One refusal that push_code and pull_verify share (of the box's end of their rsync, dest or src, or of the
+    timeout), as a case of each, both failing before rsync runs: ``push`` and ``pull`` are (the case's name, its
+    args); ``{end}`` in ``fragment`` names the module's field."""
+    (push_name, push_given), (pull_name, pull_given) = push, pull
+    logs = log_file_option in push_given.values()
+    return (Case("push_code: " + push_name, PushCode, push_args(**push_given), "error", fragment.format(end="dest"),
+                 check=no_log_written(no_rsync) if logs else no_rsync),
+            Case("pull_verify: " + pull_name, PullVerify, pull_args(**pull_given), "error", fragment.format(end="src"),
+                 check=no_log_written(nothing_pulled) if logs else nothing_pulled))
+
+
+ALIKE = [refused_alike(*row) for row in (
+    ("{end} is empty", ("empty dest (would be / after the trailing slash) is refused", {"dest": ""}),
+     ("empty src (was rsync of /) is refused before rsync", {"src": ""})),
+    ("root of the filesystem", ("dest / is refused", {"dest": "/"}), ("src / is refused", {"src": "/"})),
+    ("root of the filesystem", ("dest // is refused", {"dest": "//"}), ("src //. is refused", {"src": "//."})),
+    ("not an absolute path",
+     ("dest that is an rsync option (--log-file=...) is refused, no log written", {"dest": log_file_option}),
+     ("src that is an rsync option (--log-file=...) is refused, no log written", {"src": log_file_option})),
+    ("newline", ("a newline in dest is refused", {"dest": "/srv/code\n/etc"}),
+     ("a newline in src is refused", {"src": "/root/runs\n/etc"})),
+    (".. part", ("a dest that climbs to / with .. is refused", {"dest": "/srv/code/../.."}),
+     ("a .. part in src is refused", {"src": "/root/runs/../../etc"})),
+    ("timeout must be a positive", ("timeout 0", {"timeout": 0}), ("timeout 0", {"timeout": 0})),
+    ("timeout must be a positive", ("a negative timeout", {"timeout": -30}), ("a negative timeout", {"timeout": -1})),
+)]
+
+
+PUSH = [push for push, _pull in ALIKE] + [
     Case("push_code: a relative dest is refused", PushCode, push_args(dest="code/train"), "error",
          "not an absolute path", check=no_rsync),
     Case("push_code: a ~ dest is refused (it depends on the login directory)", PushCode, push_args(dest="~/code"),
          "error", "not an absolute path", check=no_rsync),
     Case("push_code: a top-level dest (/root) is refused: --delete-after would empty it", PushCode,
          push_args(dest="/root"), "error", "top-level directory", check=no_rsync),
-    Case("push_code: a dest that climbs to / with .. is refused", PushCode, push_args(dest="/srv/code/../.."),
-         "error", ".. part", check=no_rsync),
-    Case("push_code: a newline in dest is refused", PushCode, push_args(dest="/srv/code\n/etc"), "error",
-         "newline", check=no_rsync),
     Case("push_code: lib_dest that is an option is refused", PushCode,
          push_args(lib_dest="-e sh", lib_files=["atomic.py"]), "error", "lib_dest", check=no_rsync),
-    Case("push_code: timeout 0", PushCode, push_args(timeout=0), "error", "timeout must be a positive",
-         check=no_rsync),
-    Case("push_code: a negative timeout", PushCode, push_args(timeout=-30), "error", "timeout must be a positive",
-         check=no_rsync),
     Case("push_code: dest inside src on the controller is refused", PushCode,
          push_args(dest=lambda tmp: str(tmp / "work" / "code" / "deploy")), "error", "one holds the other",
          check=no_rsync),
@@ -336,47 +379,11 @@ PUSH = [
 ]
 
 
-# --------------------------------------------------------------------------- pull_verify: its rsync argv only
-
-
-def pull_args(**extra):
-    def args(tmp):
-        root = tmp / "box" / "runs" / "exp42"
-        root.mkdir(parents=True)
-        result = {"src": str(root), "manifest_path": str(tmp / "box" / "runs" / "PULL_MANIFEST.exp42.json"),
-                  "manifest_sha256": "0" * 64, "run_id": "exp42", "pull_root": str(tmp / "pulls")}
-        result.update({key: (value(tmp) if callable(value) else value) for key, value in extra.items()})
-        return result
-    return args
-
-
-def nothing_pulled(result, tmp):
-    assert CALLS == [], CALLS
-    assert not (tmp / "pulls").exists() or not any((tmp / "pulls").rglob("*.pt"))
-
-
-PULL = [
-    Case("pull_verify: empty src (was rsync of /) is refused before rsync", PullVerify, pull_args(src=""), "error",
-         "src is empty", check=nothing_pulled),
-    Case("pull_verify: src / is refused", PullVerify, pull_args(src="/"), "error", "root of the filesystem",
-         check=nothing_pulled),
-    Case("pull_verify: src //. is refused", PullVerify, pull_args(src="//."), "error", "root of the filesystem",
-         check=nothing_pulled),
-    Case("pull_verify: src that is an rsync option (--log-file=...) is refused, no log written", PullVerify,
-         pull_args(src=lambda tmp: "--log-file=%s" % (tmp / "pwned.log")), "error", "not an absolute path",
-         check=lambda result, tmp: (nothing_pulled(result, tmp), not (tmp / "pwned.log").exists() or pytest.fail())),
+PULL = [pull for _push, pull in ALIKE] + [
     Case("pull_verify: manifest_path that is an option (-e ...) is refused", PullVerify,
          pull_args(manifest_path="-e touch /tmp/x"), "error", "manifest_path", check=nothing_pulled),
     Case("pull_verify: a relative manifest_path is refused", PullVerify,
          pull_args(manifest_path="PULL_MANIFEST.json"), "error", "not an absolute path", check=nothing_pulled),
-    Case("pull_verify: a newline in src is refused", PullVerify, pull_args(src="/root/runs\n/etc"), "error",
-         "newline", check=nothing_pulled),
-    Case("pull_verify: a .. part in src is refused", PullVerify, pull_args(src="/root/runs/../../etc"), "error",
-         ".. part", check=nothing_pulled),
-    Case("pull_verify: timeout 0", PullVerify, pull_args(timeout=0), "error", "timeout must be a positive",
-         check=nothing_pulled),
-    Case("pull_verify: a negative timeout", PullVerify, pull_args(timeout=-1), "error", "timeout must be a positive",
-         check=nothing_pulled),
 ]
 
 CASES = LINKS + PATHS + PUSH + PULL

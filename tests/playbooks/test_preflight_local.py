@@ -4,34 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
+import sys
 
 from pbhelpers import REPO, run_playbook
 
 GPU_BIN = REPO / "tests/lab/gpu/bin"
 SCENARIOS = REPO / "tests/lab/gpu/scenarios"
-# A torch 2.x CUDA 11.x build's architectures: nothing for Hopper (sm_90)
-NO_HOPPER = "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86"
-
-
-def fake_torch(root, arch_flags):
-    """A stand-in CUDA build of torch that sees no GPU (as on an emulated box) but knows its compiled architectures."""
-    pkg = root / "torch"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent("""
-        __version__ = "2.0.1+cu118"
-        class version:
-            cuda = "11.8"
-        class cuda:
-            is_available = staticmethod(lambda: False)
-            device_count = staticmethod(lambda: 0)
-            get_arch_list = staticmethod(lambda: [])
-        class _C:
-            _cuda_getArchFlags = staticmethod(lambda: %r)
-        def get_num_threads():
-            return 4
-        """ % arch_flags))
-    return root
+sys.path.insert(0, str(REPO / "tests/lab/gpu/tools"))
+from fake_torch import NO_HOPPER, write_fake_torch  # noqa: E402  (the stand-in torch, shared with the unit tests)
 
 
 def preflight(local_inventory, tmp_path, scenario, site):
@@ -44,7 +24,7 @@ def preflight(local_inventory, tmp_path, scenario, site):
 
 
 def test_a_torch_build_without_kernels_for_the_gpu_fails_the_box(local_inventory, tmp_path):
-    proc, row = preflight(local_inventory, tmp_path, "h100-idle", fake_torch(tmp_path / "site", NO_HOPPER))
+    proc, row = preflight(local_inventory, tmp_path, "h100-idle", write_fake_torch(tmp_path / "site", NO_HOPPER))
     assert proc.returncode == 0, proc.stdout + proc.stderr  # preflight_fail_run=false: the report says it
     arch = [f for f in row["findings"] if f["code"] == "torch_arch_unsupported"]
     assert row["verdict"] == "FAIL" and len(arch) == 1, row["findings"]
@@ -54,6 +34,6 @@ def test_a_torch_build_without_kernels_for_the_gpu_fails_the_box(local_inventory
 
 
 def test_a_torch_build_with_kernels_for_the_gpu_is_no_arch_finding(local_inventory, tmp_path):
-    proc, row = preflight(local_inventory, tmp_path, "h100-idle", fake_torch(tmp_path / "site", NO_HOPPER + " sm_90"))
+    proc, row = preflight(local_inventory, tmp_path, "h100-idle", write_fake_torch(tmp_path / "site", NO_HOPPER + " sm_90"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [f for f in row["findings"] if f["code"].startswith("torch_arch")], row["findings"]

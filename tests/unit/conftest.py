@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -37,6 +38,18 @@ def is_root():
 @pytest.fixture
 def fixtures_dir():
     return FIXTURES
+
+
+@pytest.fixture
+def smi_script(tmp_path):
+    """``smi_script(body)`` -> the path of an executable nvidia-smi in tmp_path: a Python script that runs ``body``
+    with ``sys`` and ``time`` imported and ``args``, its argv tail. Each call rewrites the same file."""
+    def make(body):
+        path = tmp_path / "nvidia-smi"
+        path.write_text("#!%s\nimport sys, time\nargs = sys.argv[1:]\n%s\n" % (sys.executable, body))
+        path.chmod(0o755)
+        return str(path)
+    return make
 
 
 @contextlib.contextmanager

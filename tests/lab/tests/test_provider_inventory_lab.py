@@ -63,69 +63,55 @@ def address(fleet, host):
     return hv["ansible_host"], int(hv["ansible_port"])
 
 
-def test_runpod_yml_preflight_limit_runpod(fleet, tmp_path):
-    pods = [fake_api.runpod_pod(i, *address(fleet, host), name=host) for i, host in ((1, "lab-01"), (2, "lab-02"))]
-    pods.append(fake_api.runpod_pod(3, None, None, name="new-pod", ready=False))
-    fake = fake_api.FakeAPI("runpod", KEY, pods).start()
+def preflight_on_fake_api(fleet, tmp_path, provider, instances, plugin, env_var, limit, hosts):
+    """The part every provider shares: the fake ``provider`` API serves ``instances``, the user's <plugin>.yml and
+    ``preflight.yml -l <limit> -vvv`` with the key in ``env_var``; then rc 0, a report of exactly ``hosts``, each
+    PASS with the platform ``limit``, and the key nowhere in the output or the report. Returns (proc, rows, report,
+    fake) for the provider's own checks."""
+    fake = fake_api.FakeAPI(provider, KEY, instances).start()
     try:
-        config = user_inventory(fleet, tmp_path, "runpod", fake.url)
-        proc, rows, report = preflight(config, tmp_path, "RUNPOD_API_KEY", "-l", "runpod", "-vvv")
+        config = user_inventory(fleet, tmp_path, plugin, fake.url)
+        proc, rows, report = preflight(config, tmp_path, env_var, "-l", limit, "-vvv")
     finally:
         fake.stop()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert sorted(rows) == ["lab-01", "lab-02"]
-    assert all(row["verdict"] == "PASS" and row["platform"] == "runpod" for row in rows.values()), rows
-    assert "fakepod0003" in proc.stderr and "'starting'" in proc.stderr
+    assert sorted(rows) == hosts
+    assert all(row["verdict"] == "PASS" and row["platform"] == limit for row in rows.values()), rows
     assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+    return proc, rows, report, fake
+
+
+def test_runpod_yml_preflight_limit_runpod(fleet, tmp_path):
+    pods = [fake_api.runpod_pod(i, *address(fleet, host), name=host) for i, host in ((1, "lab-01"), (2, "lab-02"))]
+    pods.append(fake_api.runpod_pod(3, None, None, name="new-pod", ready=False))
+    proc, _rows, _report, fake = preflight_on_fake_api(fleet, tmp_path, "runpod", pods, "runpod", "RUNPOD_API_KEY",
+                                                       "runpod", ["lab-01", "lab-02"])
+    assert "fakepod0003" in proc.stderr and "'starting'" in proc.stderr
     assert len(fake.api_requests()) == 1
 
 
 def test_vastai_yml_preflight_limit_vastai_direct_and_proxy(fleet, tmp_path):
     direct = fake_api.vastai_instance(3, *address(fleet, "lab-03"), label="lab-03")
     proxy = fake_api.vastai_instance(4, *address(fleet, "lab-04"), direct=False, label="lab-04")
-    fake = fake_api.FakeAPI("vastai", KEY, [direct, proxy]).start()
-    try:
-        config = user_inventory(fleet, tmp_path, "vastai", fake.url)
-        proc, rows, report = preflight(config, tmp_path, "VAST_API_KEY", "-l", "vastai", "-vvv")
-    finally:
-        fake.stop()
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert sorted(rows) == ["lab-03", "lab-04"]
-    assert all(row["verdict"] == "PASS" and row["platform"] == "vastai" for row in rows.values()), rows
-    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
+    preflight_on_fake_api(fleet, tmp_path, "vastai", [direct, proxy], "vastai", "VAST_API_KEY", "vastai",
+                          ["lab-03", "lab-04"])
 
 
 def test_lambda_cloud_yml_preflight_limit_lambda(fleet, tmp_path):
     """Lambda: ip:22, user ubuntu from group_vars/lambda.yml, the filesystem's name gives the durable dir."""
     instance = fake_api.lambda_instance(5, address(fleet, "lab-05")[0], name="lab-05", filesystem="lab")
-    fake = fake_api.FakeAPI("lambda", KEY, [instance, fake_api.lambda_instance(7, None, status="booting")]).start()
-    try:
-        config = user_inventory(fleet, tmp_path, "lambda_cloud", fake.url)
-        proc, rows, report = preflight(config, tmp_path, "LAMBDA_API_KEY", "-l", "lambda", "-vvv")
-    finally:
-        fake.stop()
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert sorted(rows) == ["lab-05"]
-    assert rows["lab-05"]["verdict"] == "PASS" and rows["lab-05"]["platform"] == "lambda", rows
+    booting = fake_api.lambda_instance(7, None, status="booting")
+    proc = preflight_on_fake_api(fleet, tmp_path, "lambda", [instance, booting], "lambda_cloud", "LAMBDA_API_KEY",
+                                 "lambda", ["lab-05"])[0]
     assert "'starting'" in proc.stderr
-    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
 
 
 def test_autodl_yml_preflight_limit_autodl(fleet, tmp_path):
     """AutoDL Pro: the list, then the snapshot's proxy_host:ssh_port; the token goes bare in Authorization."""
     instance = fake_api.autodl_instance(6, *address(fleet, "lab-06"))
-    fake = fake_api.FakeAPI("autodl", KEY, [instance]).start()
-    try:
-        config = user_inventory(fleet, tmp_path, "autodl", fake.url)
-        proc, rows, report = preflight(config, tmp_path, "AUTODL_TOKEN", "-l", "autodl", "-vvv")
-    finally:
-        fake.stop()
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert sorted(rows) == ["autodl-pro-fake0000006"]
-    row = rows["autodl-pro-fake0000006"]
-    assert row["verdict"] == "PASS" and row["platform"] == "autodl", rows
+    proc, _rows, report, fake = preflight_on_fake_api(fleet, tmp_path, "autodl", [instance], "autodl", "AUTODL_TOKEN",
+                                                      "autodl", ["autodl-pro-fake0000006"])
     assert all(r["auth_ok"] for r in fake.api_requests()) and len(fake.api_requests()) == 2
-    assert (proc.stdout + proc.stderr + report).count(KEY) == 0
     assert "fake-root-password" not in proc.stdout + proc.stderr + report
 
 

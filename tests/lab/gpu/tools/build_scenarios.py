@@ -26,6 +26,18 @@ H100_8X = "q-text/q__8x-nvidia-h100-80gb-hbm3__565.57.01__thamada.txt"
 NO_FINDINGS_FAIL = ["throttle_active", "ecc_uncorrectable_volatile", "remapped_rows_pending", "xid_fatal",
                     "driver_unavailable", "gpu_count_mismatch"]
 
+
+def found_on_gpus(code, gpus=1):
+    """The ``codes`` and ``gpu_codes`` of a scenario whose one finding ``code`` stands on each of its ``gpus`` GPUs."""
+    return {"codes": [code], "gpu_codes": {index: [code] for index in range(gpus)}}
+
+
+def value_edit(label, old, new, count=1):
+    """The edit of a `-q` line's value only: ``label`` is the line up to its value, exactly (indent, padding and
+    ': '); ``old`` and ``new`` the values -> the (old line, new line, count) replacement, ``count`` lines of it."""
+    return (label + old, label + new, count)
+
+
 SCENARIOS = [
     # ---------------------------------------------------------------- healthy boxes (unedited real captures)
     dict(name="h100-idle", capture=H100_IDLE, verdict="PASS", codes=[],
@@ -48,47 +60,41 @@ SCENARIOS = [
          codes=[], description="1x GeForce RTX 2080, driver 516.59 (Windows), XML-sourced scenario, idle x8 link",
          absent=NO_FINDINGS_FAIL + ["pcie_link_degraded"]),
     dict(name="h100-mig", capture="q-text/q__nvidia-h100-mig__590.48.01__linux-x86_64.load.txt", verdict="PASS",
-         codes=["mig_enabled"], gpu_codes={0: ["mig_enabled"]},
+         **found_on_gpus("mig_enabled"),
          description="1x H100 with MIG enabled (4 instances), driver 590.48.01, under load",
          absent=NO_FINDINGS_FAIL),
     # ---------------------------------------------------------------- real faults
     dict(name="8xh100-hwslowdown",
          capture="q-text/q__8x-nvidia-h100-80gb-hbm3__535.161.08__gpud-hwslowdown-powerbrake.txt",
-         verdict="FAIL", codes=["throttle_active"], gpu_codes={i: ["throttle_active"] for i in range(8)},
+         verdict="FAIL", **found_on_gpus("throttle_active", gpus=8),
          description="8x H100, driver 535.161.08, HW Slowdown + HW Power Brake Slowdown active on every GPU",
          absent=["xid_fatal", "power_capped"]),
     dict(name="a10-remap-pending", capture="q-text/q__1x-nvidia-a10__535.129.03__gpud-remap-pending.txt",
-         verdict="FAIL", codes=["remapped_rows_pending"], gpu_codes={0: ["remapped_rows_pending"]},
+         verdict="FAIL", **found_on_gpus("remapped_rows_pending"),
          description="1x A10, driver 535.129.03, remapped rows Pending: Yes (4 uncorrectable)",
          absent=["remapped_rows_failure", "ecc_uncorrectable_volatile"]),
     # ---------------------------------------------------------------- EDITED real captures
     dict(name="h100-ecc-uncorrectable-edited", capture=H100_IDLE, verdict="FAIL",
-         codes=["ecc_uncorrectable_volatile"], gpu_codes={0: ["ecc_uncorrectable_volatile"]},
+         **found_on_gpus("ecc_uncorrectable_volatile"),
          description="1x H100 idle with 2 volatile (and aggregate) uncorrectable DRAM ECC errors",
-         edits=[("            DRAM Uncorrectable                         : 0",
-                 "            DRAM Uncorrectable                         : 2", 2)],
+         edits=[value_edit("            DRAM Uncorrectable                         : ", "0", "2", count=2)],
          edited="In the volatile and aggregate ECC blocks, 'DRAM Uncorrectable' changed from 0 to 2 (2 lines); "
                 "nothing else changed.",
          absent=["throttle_active", "remapped_rows_pending"]),
     dict(name="h100-pcie-degraded-edited", capture=H100_LOAD, verdict="WARN",
-         codes=["pcie_link_degraded"], gpu_codes={0: ["pcie_link_degraded"]},
+         **found_on_gpus("pcie_link_degraded"),
          description="1x H100 under load (100 % util) with the PCIe link at Gen4 x8 of Gen5 x16",
-         edits=[("                Current                                : 5",
-                 "                Current                                : 4", 1),
-                ("                Device Current                         : 5",
-                 "                Device Current                         : 4", 1),
-                ("                Current                                : 16x",
-                 "                Current                                : 8x", 1)],
+         edits=[value_edit("                Current                                : ", "5", "4"),
+                value_edit("                Device Current                         : ", "5", "4"),
+                value_edit("                Current                                : ", "16x", "8x")],
          edited="PCIe 'Current' and 'Device Current' generation changed from 5 to 4 and link width 'Current' from "
                 "16x to 8x (3 lines); Max values and everything else unchanged.",
          absent=["throttle_active", "xid_fatal"]),
     dict(name="h100-load-hwslowdown-edited", capture=H100_LOAD, verdict="FAIL",
-         codes=["throttle_active"], gpu_codes={0: ["throttle_active"]},
+         **found_on_gpus("throttle_active"),
          description="1x H100 under load (100 % util, 629 W) with HW Slowdown and HW Power Brake Slowdown active",
-         edits=[("        HW Slowdown                                    : Not Active",
-                 "        HW Slowdown                                    : Active", 1),
-                ("            HW Power Brake Slowdown                    : Not Active",
-                 "            HW Power Brake Slowdown                    : Active", 1)],
+         edits=[value_edit("        HW Slowdown                                    : ", "Not Active", "Active"),
+                value_edit("            HW Power Brake Slowdown                    : ", "Not Active", "Active")],
          edited="'HW Slowdown' and 'HW Power Brake Slowdown' changed from Not Active to Active (2 lines); "
                 "nothing else changed.",
          absent=["xid_fatal", "pcie_link_degraded"]),
@@ -96,7 +102,7 @@ SCENARIOS = [
          options={"expected_count": 8},
          description="8x H100 box where nvidia-smi sees only 7 GPUs",
          drop_last_gpu=True,
-         edits=[("Attached GPUs                             : 8", "Attached GPUs                             : 7", 1)],
+         edits=[value_edit("Attached GPUs                             : ", "8", "7")],
          edited="The last GPU section (GPU 00000000:DB:00.0 ... up to the end) removed and 'Attached GPUs' changed "
                 "from 8 to 7; the other 7 GPU sections are unchanged.",
          absent=["throttle_active"]),

@@ -4,7 +4,6 @@ since the job started, against the real captures in tests/fixtures/nvidia."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import pytest
@@ -126,27 +125,20 @@ def test_a_broken_driver_stays_a_query_failure():
     assert gpus is None and "no usable rows" in findings[0]["message"]
 
 
-def fake_smi(tmp_path, body):
-    path = tmp_path / "nvidia-smi"
-    path.write_text("#!%s\nimport sys\nargs = sys.argv[1:]\n%s\n" % (sys.executable, body))
-    path.chmod(0o755)
-    return str(path)
-
-
-def test_one_run_with_every_field(tmp_path):
+def test_one_run_with_every_field(smi_script):
     rows = project("query-gpu-all-fields__nvidia-h200__590.48.01__linux-x86_64.load.csv")
-    smi = fake_smi(tmp_path, "assert args == %r, args\nsys.stdout.write(%r)" % (
+    smi = smi_script("assert args == %r, args\nsys.stdout.write(%r)" % (
         ["--query-gpu=" + ",".join(f for f, _k, _c in gp.PATROL_FIELDS), "--format=csv,noheader,nounits"], rows))
     gpus, findings = gp.sample(smi, 5)
     assert findings == [] and gpus[0]["utilization_pct"] == 100
 
 
-def test_a_field_the_driver_rejects_is_dropped_and_asked_again(tmp_path):
+def test_a_field_the_driver_rejects_is_dropped_and_asked_again(smi_script):
     table = [entry for entry in gp.PATROL_FIELDS if entry[0] != "clocks_throttle_reasons.active"]
     rows = project("query-gpu-all-fields__nvidia-h200__590.48.01__linux-x86_64.load.csv", table)
-    smi = fake_smi(tmp_path, "if 'clocks_throttle_reasons.active' in args[0]:\n"
-                             "    sys.stderr.write('Field \"clocks_throttle_reasons.active\" is not a valid field to "
-                             "query.\\n')\n    sys.exit(2)\nsys.stdout.write(%r)" % rows)
+    smi = smi_script("if 'clocks_throttle_reasons.active' in args[0]:\n"
+                     "    sys.stderr.write('Field \"clocks_throttle_reasons.active\" is not a valid field to "
+                     "query.\\n')\n    sys.exit(2)\nsys.stdout.write(%r)" % rows)
     gpus, findings = gp.sample(smi, 5)
     assert findings == [] and gpus[0]["throttle_reasons"] is None and gpus[0]["utilization_pct"] == 100
 

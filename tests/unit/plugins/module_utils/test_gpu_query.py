@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -44,24 +43,16 @@ def test_usage_rows_of_job_status():
     assert gpus[1]["utilization_pct"] is None
 
 
-def fake_smi(tmp_path, body):
-    """An executable nvidia-smi: a Python script with ``body`` (it sees ``args``, the argv tail)."""
-    path = tmp_path / "nvidia-smi"
-    path.write_text("#!%s\nimport sys, time\nargs = sys.argv[1:]\n%s\n" % (sys.executable, body))
-    path.chmod(0o755)
-    return str(path)
-
-
-def test_the_one_wording_of_failures(tmp_path):
+def test_the_one_wording_of_failures(smi_script):
     with pytest.raises(gq.SmiError) as info:
         gq.run_smi(None, ["-L"], 5)
     assert (info.value.kind, str(info.value)) == ("not_installed", "nvidia-smi is not installed")
-    hung = fake_smi(tmp_path, "time.sleep(30)")
+    hung = smi_script("time.sleep(30)")
     with pytest.raises(gq.SmiError) as info:
         gq.run_smi(hung, ["-L"], 1)
     assert (info.value.kind, str(info.value)) == ("timeout", "nvidia-smi timed out after 1 s")
-    broken = fake_smi(tmp_path, "print('first'); sys.stderr.write(\"NVIDIA-SMI has failed because it couldn't "
-                                "communicate with the NVIDIA driver.\\n\"); sys.exit(9)")
+    broken = smi_script("print('first'); sys.stderr.write(\"NVIDIA-SMI has failed because it couldn't "
+                        "communicate with the NVIDIA driver.\\n\"); sys.exit(9)")
     with pytest.raises(gq.SmiError) as info:
         gq.run_smi(broken, ["-L"], 5)
     assert info.value.kind == "failed" and info.value.rc == 9
@@ -70,23 +61,23 @@ def test_the_one_wording_of_failures(tmp_path):
     assert gq.run_smi(broken, ["-L"], 5, check=False)[0] == 9
 
 
-def test_query_gpus_asks_the_fields_in_order_under_the_c_locale(tmp_path):
-    smi = fake_smi(tmp_path, "import os\nassert os.environ['LC_ALL'] == 'C'\n"
-                             "assert args == ['--query-gpu=index,utilization.gpu,memory.used,memory.total', "
-                             "'--format=csv,noheader,nounits'], args\nprint('0, 97, 70211, 81559')\n"
-                             "print('1, [N/A], 10, 81559')")
+def test_query_gpus_asks_the_fields_in_order_under_the_c_locale(smi_script):
+    smi = smi_script("import os\nassert os.environ['LC_ALL'] == 'C'\n"
+                     "assert args == ['--query-gpu=index,utilization.gpu,memory.used,memory.total', "
+                     "'--format=csv,noheader,nounits'], args\nprint('0, 97, 70211, 81559')\n"
+                     "print('1, [N/A], 10, 81559')")
     gpus = gq.query_gpus(smi, gq.USAGE_FIELDS, 5)
     assert gpus[0] == {"index": 0, "utilization_pct": 97, "memory_used_mib": 70211, "memory_total_mib": 81559}
     assert gpus[1]["utilization_pct"] is None
 
 
-def test_unusable_rows_are_a_failure_not_a_traceback(tmp_path):
-    smi = fake_smi(tmp_path, "print('something else entirely')")
+def test_unusable_rows_are_a_failure_not_a_traceback(smi_script):
+    smi = smi_script("print('something else entirely')")
     with pytest.raises(gq.SmiError) as info:
         gq.query_gpus(smi, gq.USAGE_FIELDS, 5)
     assert info.value.kind == "failed" and "no usable rows" in str(info.value)
 
 
-def test_compute_apps_runs_our_query(tmp_path):
-    smi = fake_smi(tmp_path, "assert args == %r, args\nprint('4123, 30512, python train.py')" % gq.COMPUTE_APPS_QUERY)
+def test_compute_apps_runs_our_query(smi_script):
+    smi = smi_script("assert args == %r, args\nprint('4123, 30512, python train.py')" % gq.COMPUTE_APPS_QUERY)
     assert gq.compute_apps(smi, 5) == [{"pid": 4123, "used_memory_mib": 30512, "process_name": "python train.py"}]

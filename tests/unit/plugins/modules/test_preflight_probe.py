@@ -4,7 +4,7 @@ check, fail_on and check mode."""
 
 from __future__ import annotations
 
-import textwrap
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ SCENARIOS = REPO / "tests" / "lab" / "gpu" / "scenarios"
 QUIET_LOG = (REPO / "tests" / "fixtures" / "nvidia" / "xid-logs" /
              "dmesg__no-nvidia-adapter-probed-nouveau-conflict__mattshma-bigdata-133.log")
 HINT = "shutdown (power off in the AutoDL console)"
+sys.path.insert(0, str(REPO / "tests" / "lab" / "gpu" / "tools"))
+from fake_torch import NO_HOPPER, write_fake_torch  # noqa: E402  (the stand-in torch, shared with the playbook tests)
 
 
 @pytest.fixture
@@ -24,23 +26,7 @@ def slow_torch(tmp_path, monkeypatch):
     """A stand-in torch whose import takes ``seconds`` (a real one takes seconds too) and that knows no sm_90."""
 
     def make(seconds=0.0):
-        pkg = tmp_path / "site" / "torch"
-        pkg.mkdir(parents=True, exist_ok=True)
-        (pkg / "__init__.py").write_text(textwrap.dedent("""
-            import time
-            time.sleep(%r)
-            __version__ = "2.0.1+cu118"
-            class version:
-                cuda = "11.8"
-            class cuda:
-                is_available = staticmethod(lambda: False)
-                device_count = staticmethod(lambda: 0)
-                get_arch_list = staticmethod(lambda: [])
-            class _C:
-                _cuda_getArchFlags = staticmethod(lambda: "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86")
-            def get_num_threads():
-                return 4
-            """ % seconds))
+        write_fake_torch(tmp_path / "site", NO_HOPPER, import_seconds=seconds)
         monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     return make
 
