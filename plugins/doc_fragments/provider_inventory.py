@@ -2,14 +2,28 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Options shared by the providers' inventory plugins (runpod, vastai, lambda_cloud, autodl)."""
+"""Options shared by the providers' inventory plugins (runpod, vastai, lambda_cloud, autodl).
+
+Ansible merges an option named both here and in a plugin one level deep, the plugin's keys winning: this fragment
+owns what is the same for every plugin (O(plugin)'s description, O(api_url)'s type), a plugin adds only its own
+(O(plugin)'s choices, O(api_url)'s description naming its endpoint and its default). C(PAGED) is for the plugins
+whose list is paged (C(remote_gpu.trainer.provider_inventory.paged)).
+"""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""
+author:
+  - remote_gpu.trainer maintainers (@remote-gpu)
 options:
+  plugin:
+    description: The name of this plugin; the file is used only when it says this.
+    required: true
+    type: str
+  api_url:
+    type: str
   api_key:
     description:
       - The provider's API key.
@@ -46,6 +60,8 @@ options:
     elements: str
     default: []
 notes:
+  - The configuration file's name must end in the plugin's name and C(.yml) or C(.yaml) (C(runpod.yml),
+    C(vastai.yml), C(lambda_cloud.yml), C(autodl.yml)).
   - The plugin's hosts join the group named like the platform profile, so C(group_vars/<profile>.yml) applies and
     C(-l <profile>) works. An instance that the provider is still starting (no SSH address yet) goes into the group
     C(starting) instead, with a warning.
@@ -58,4 +74,12 @@ notes:
     C(lambda_instance_id), C(autodl_instance_uuid)), C(provider_api_url) (the O(api_url) the host came from, which
     teardown's M(remote_gpu.trainer.instance) uses too), plus a curated copy of the provider's record under the
     provider's name (environment variables, passwords and tokens are left out).
+"""
+
+    PAGED = r"""
+options:
+  max_pages:
+    description: A guard against a server that never stops paging; past it the source fails.
+    type: int
+    default: 1000
 """

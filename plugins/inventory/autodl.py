@@ -25,34 +25,24 @@ description:
     C(interruptible) is always false. The snapshot's C(root_password) and C(ssh_command) never reach hostvars.
   - The developer token (console, 设置 / 开发者Token) comes from O(api_key) or the environment variable
     E(AUTODL_TOKEN), and is sent as AutoDL wants it, the bare token in the C(Authorization) header.
-  - The configuration file's name must end in C(autodl.yml) or C(autodl.yaml).
-author:
-  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
   - remote_gpu.trainer.provider_inventory
+  - remote_gpu.trainer.provider_inventory.paged
 options:
   plugin:
-    description: The name of this plugin; the file is used only when it says this.
-    required: true
-    type: str
     choices:
       - remote_gpu.trainer.autodl
   api_url:
     description:
       - Base URL of AutoDL's developer API (the plugin calls C(<api_url>/api/v1/dev/instance/pro/list) and
         C(.../snapshot)). Change it for a proxy or the test fake.
-    type: str
     default: https://api.autodl.com
   page_size:
     description: Instances asked for per page of C(pro/list).
     type: int
     default: 50
-  max_pages:
-    description: A guard against a server that never stops paging; past it the source fails.
-    type: int
-    default: 1000
 """
 
 EXAMPLES = r"""
@@ -78,15 +68,12 @@ SNAPSHOT = "/api/v1/dev/instance/pro/snapshot"
 class InventoryModule(ProviderInventory):
     NAME = "remote_gpu.trainer.autodl"
     PROVIDER = "autodl"
-    ENV_VAR = "AUTODL_TOKEN"
-    DEFAULT_URL = "https://api.autodl.com"
-    AUTH_SCHEME = None  # AutoDL: "Authorization: <token>"
     to_host = staticmethod(autodl_host)
 
     def fetch(self, client):
         rows = []
         size = max(1, self.get_option("page_size"))
-        for page in range(1, self.get_option("max_pages") + 1):
+        for page in self.pages():
             data = autodl_data(client.request_json("POST", LIST, body={"page_index": page, "page_size": size}),
                                "POST %s (page %d)" % (LIST, page))
             if not isinstance(data, dict) or not isinstance(data.get("list"), list):
@@ -100,9 +87,6 @@ class InventoryModule(ProviderInventory):
                                        "used." % (page, LIST), kind="malformed") from None
             if page >= max_page or not data["list"]:
                 break
-        else:
-            raise ProviderAPIError("autodl: more than max_pages=%d pages; nothing from this source is used."
-                                   % self.get_option("max_pages"), kind="too_many_pages")
         for row in rows:
             if isinstance(row, dict) and str(row.get("status") or "").lower() == "running" and row.get("uuid"):
                 snapshot = autodl_data(client.get_json(SNAPSHOT, {"instance_uuid": str(row["uuid"])}),

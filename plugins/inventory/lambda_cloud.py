@@ -20,25 +20,18 @@ description:
   - C(price_per_hour) is the instance type's C(price_cents_per_hour) / 100 (USD); Lambda has no spot market, so
     C(interruptible) is always false.
   - The API key comes from O(api_key) or the environment variable E(LAMBDA_API_KEY), sent as a bearer token.
-  - The configuration file's name must end in C(lambda_cloud.yml) or C(lambda_cloud.yaml).
-author:
-  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
   - remote_gpu.trainer.provider_inventory
 options:
   plugin:
-    description: The name of this plugin; the file is used only when it says this.
-    required: true
-    type: str
     choices:
       - remote_gpu.trainer.lambda_cloud
   api_url:
     description:
       - Base URL of Lambda's Cloud API (the plugin calls C(<api_url>/api/v1/instances)). Change it for a proxy or the
         test fake.
-    type: str
     default: https://cloud.lambda.ai
 """
 
@@ -64,8 +57,6 @@ class InventoryModule(ProviderInventory):
     NAME = "remote_gpu.trainer.lambda_cloud"
     PROVIDER = "lambda"
     FILE_SUFFIX = "lambda_cloud"
-    ENV_VAR = "LAMBDA_API_KEY"
-    DEFAULT_URL = "https://cloud.lambda.ai"
     to_host = staticmethod(lambda_host)
 
     def fetch(self, client):

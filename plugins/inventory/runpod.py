@@ -19,24 +19,17 @@ description:
   - A pod that RunPod reports as C(RUNNING) without a public IP or a mapping for port 22 yet goes into the group
     C(starting), with no address, and a warning.
   - The API key comes from O(api_key) or the environment variable E(RUNPOD_API_KEY).
-  - The configuration file's name must end in C(runpod.yml) or C(runpod.yaml).
-author:
-  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
   - remote_gpu.trainer.provider_inventory
 options:
   plugin:
-    description: The name of this plugin; the file is used only when it says this.
-    required: true
-    type: str
     choices:
       - remote_gpu.trainer.runpod
   api_url:
     description:
       - Base URL of RunPod's REST API (the plugin calls C(<api_url>/pods)). Change it for a proxy or the test fake.
-    type: str
     default: https://rest.runpod.io/v1
 """
 
@@ -65,8 +58,6 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.provider_invent
 class InventoryModule(ProviderInventory):
     NAME = "remote_gpu.trainer.runpod"
     PROVIDER = "runpod"
-    ENV_VAR = "RUNPOD_API_KEY"
-    DEFAULT_URL = "https://rest.runpod.io/v1"
     to_host = staticmethod(runpod_host)
 
     def fetch(self, client):

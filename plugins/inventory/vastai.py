@@ -18,31 +18,21 @@ description:
   - An instance that is still loading, or running with no SSH address yet, goes into the group C(starting), with
     no address, and a warning.
   - The API key comes from O(api_key) or the environment variable E(VAST_API_KEY).
-  - The configuration file's name must end in C(vastai.yml) or C(vastai.yaml).
   - If one page fails, the whole source fails; a partial list is never used.
-author:
-  - remote_gpu.trainer maintainers (@remote-gpu)
 extends_documentation_fragment:
   - constructed
   - inventory_cache
   - remote_gpu.trainer.provider_inventory
+  - remote_gpu.trainer.provider_inventory.paged
 options:
   plugin:
-    description: The name of this plugin; the file is used only when it says this.
-    required: true
-    type: str
     choices:
       - remote_gpu.trainer.vastai
   api_url:
     description:
       - Base URL of vast.ai's API (the plugin calls C(<api_url>/api/v1/instances/)). Change it for a proxy or the
         test fake.
-    type: str
     default: https://console.vast.ai
-  max_pages:
-    description: A guard against a server that never stops paging; past it the source fails.
-    type: int
-    default: 1000
 """
 
 EXAMPLES = r"""
@@ -79,15 +69,13 @@ def page_query(after_token=None):
 class InventoryModule(ProviderInventory):
     NAME = "remote_gpu.trainer.vastai"
     PROVIDER = "vastai"
-    ENV_VAR = "VAST_API_KEY"
-    DEFAULT_URL = "https://console.vast.ai"
     to_host = staticmethod(vastai_host)
 
     def fetch(self, client):
         records = []
         token = None
         seen = set()
-        for page in range(1, self.get_option("max_pages") + 1):
+        for page in self.pages():
             body = client.get_json("/api/v1/instances/", page_query(token))
             if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
                 raise ProviderAPIError("vastai: page %d of /api/v1/instances/ has no list 'instances'; "
@@ -95,10 +83,9 @@ class InventoryModule(ProviderInventory):
             records.extend(body["instances"])
             token = body.get("next_token")
             if not token:
-                return records
+                break
             if not isinstance(token, str) or token in seen:
                 raise ProviderAPIError("vastai: page %d of /api/v1/instances/ repeats or garbles next_token; "
                                        "nothing from this source is used." % page, kind="malformed")
             seen.add(token)
-        raise ProviderAPIError("vastai: more than max_pages=%d pages; nothing from this source is used."
-                               % self.get_option("max_pages"), kind="too_many_pages")
+        return records

@@ -5,8 +5,10 @@
 """What the providers' inventory plugins share: config, cache, errors, groups, Constructable, filters.
 
 A plugin subclasses ``ProviderInventory`` and sets ``NAME``, ``PROVIDER`` (also the group and the profile name),
-``ENV_VAR``, ``DEFAULT_URL``, optionally ``AUTH_SCHEME`` (None: the bare key) and ``FILE_SUFFIX``, ``to_host`` (a
-pure function from provider_hosts) and ``fetch(client)`` (the raw records, every page, or ProviderAPIError).
+optionally ``FILE_SUFFIX``, ``to_host`` (a pure function from provider_hosts) and ``fetch(client)`` (the raw records,
+every page, or ProviderAPIError; a paged list loops over ``self.pages()``). ``ENV_VAR``, ``DEFAULT_URL`` and
+``AUTH_SCHEME`` (None: the bare key) come from the provider's row of ``provider_lifecycle.PROVIDERS``, the one table
+that the module remote_gpu.trainer.instance reads too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import unique_names
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
     ProviderAPIError, ProviderHTTP, resolve_api_key, scrub)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import PROVIDERS
 
 
 class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
@@ -30,6 +33,12 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
     FILE_SUFFIX = None  # the config file's name ends in <FILE_SUFFIX>.yml (default: PROVIDER)
     to_host = None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.PROVIDER:
+            row = PROVIDERS[cls.PROVIDER]
+            cls.ENV_VAR, cls.DEFAULT_URL, cls.AUTH_SCHEME = row["env_var"], row["url"], row["auth_scheme"]
+
     def verify_file(self, path):
         if not super().verify_file(path):
             return False
@@ -38,6 +47,13 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
 
     def fetch(self, client):
         raise NotImplementedError
+
+    def pages(self):
+        """Page numbers 1 to max_pages for a paged fetch (break when done); one more fails the source."""
+        most = self.get_option("max_pages")
+        yield from range(1, most + 1)
+        raise ProviderAPIError("%s: more than max_pages=%d pages; nothing from this source is used." % (self.PROVIDER, most),
+                               kind="too_many_pages")
 
     def _client(self):
         key = resolve_api_key(self.get_option("api_key"), self.ENV_VAR, os.environ, self.PROVIDER)
