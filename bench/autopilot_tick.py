@@ -13,7 +13,6 @@ moves the fleet off the default addresses.
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import statistics
@@ -23,7 +22,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import (REPO, VENV_BIN, close_masters, counting_ssh, executions_per_host,  # noqa: E402
+from lab_common import (REPO, VENV_BIN, arguments, close_masters, counting_ssh, executions_per_host,  # noqa: E402
                         fleet_addresses, lab_fleet, round_dirs, timed)
 from patrol_vs_ssh import ansible_env, start_jobs  # noqa: E402
 
@@ -37,10 +36,7 @@ def run(inventory, wrapper, cwd, playbook, *extra):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = arguments(__doc__, hosts=32, repeat=5)
     with lab_fleet(args.hosts) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         addresses = fleet_addresses(inventory)

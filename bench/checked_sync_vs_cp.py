@@ -21,7 +21,6 @@ Usage: bench/checked_sync_vs_cp.py [--size-mib 1024] [--repeat 3] [--dir /dev/sh
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import pathlib
@@ -35,6 +34,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync  # noqa: E402
+from lab_common import arguments  # noqa: E402
 
 CHUNK = 64 << 20
 RERUN_TARGET = 0.10
@@ -115,11 +115,9 @@ def fresh(directory):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=1024, help="size of the file (default 1024 MiB = 1 GiB)")
-    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds (default 3); medians are reported")
-    parser.add_argument("--dir", default="/dev/shm", help="where the files go (default /dev/shm, a tmpfs)")
-    args = parser.parse_args()
+    args = arguments(__doc__, size_mib=(1024, "size of the file (default 1024 MiB = 1 GiB)"),
+                     repeat=(3, "interleaved rounds (default 3); medians are reported"),
+                     dir=("/dev/shm", "where the files go (default /dev/shm, a tmpfs)"))
     size = args.size_mib << 20
     work = tempfile.mkdtemp(prefix="checked-sync-bench-", dir=args.dir)
     env = {"LC_ALL": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}

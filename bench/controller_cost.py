@@ -16,7 +16,6 @@ Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default addr
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import statistics
 import sys
@@ -24,7 +23,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import REPO, ansiballz_payload, close_masters, cpu_timed, lab_fleet  # noqa: E402
+from lab_common import REPO, ansiballz_payload, arguments, close_masters, cpu_timed, lab_fleet  # noqa: E402
 from patrol_vs_ssh import QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
@@ -72,10 +71,7 @@ def fit(points):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="8,16,32", help="comma-separated fleet sizes (default 8,16,32)")
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = arguments(__doc__, sizes=("8,16,32", "comma-separated fleet sizes (default 8,16,32)"), repeat=3)
     sizes = [int(size) for size in args.sizes.split(",")]
     results = {size: measure(size, args.repeat) for size in sizes}
     print("controller_cost: CPU of the ansible-playbook process tree (rusage), median of %d interleaved cold runs;"

@@ -9,7 +9,6 @@ Usage: bench/fleet_dashboard.py [--hosts 20] [--days 30] [--repeat 3] [--dir PAT
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -22,7 +21,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html  # noqa: E402
-from lab_common import timed  # noqa: E402
+from lab_common import arguments, timed  # noqa: E402
 
 TICK = 300
 
@@ -75,12 +74,7 @@ def dashboard(directory, now):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=20)
-    parser.add_argument("--days", type=float, default=30)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dir", default=None, help="where to write the history (default: a temp dir)")
-    args = parser.parse_args()
+    args = arguments(__doc__, hosts=20, days=30.0, repeat=3, dir=(None, "where to write the history (default: a temp dir)"))
     root = tempfile.mkdtemp(prefix="fleet-bench-", dir=args.dir)
     now = int(time.time())
     try:

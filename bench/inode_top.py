@@ -8,7 +8,6 @@ Usage: bench/inode_top.py [--files N] [--repeat R] [--dir PATH]
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import shutil
@@ -20,7 +19,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.inode_check import top_inode_consumers  # noqa: E402
-from lab_common import timed  # noqa: E402
+from lab_common import arguments, timed  # noqa: E402
 
 
 def build_tree(root, files):
@@ -35,11 +34,7 @@ def build_tree(root, files):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=150000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--dir", default=None, help="where to build the tree (default: a temp dir)")
-    args = parser.parse_args()
+    args = arguments(__doc__, files=150000, repeat=5, dir=(None, "where to build the tree (default: a temp dir)"))
     root = tempfile.mkdtemp(prefix="inode-bench-", dir=args.dir)
     try:
         build_tree(root, args.files)

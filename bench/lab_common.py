@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import collections
 import concurrent.futures
@@ -25,6 +26,20 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 FLEET = REPO / "tests" / "lab" / "fleet"
 SEEDS = REPO / "tests" / "fixtures" / "seeds" / "scripts.txt"
 VENV_BIN = pathlib.Path(sys.executable).parent
+
+
+def arguments(doc, **options):
+    """A benchmark's command line, described by the first line of its ``doc``. Each option is ``name=default`` or
+    ``name=(default, help)``: ``--name`` (underscores as dashes) of the default's type; a default of False is a flag."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for name, spec in options.items():
+        default, text = spec if isinstance(spec, tuple) else (spec, None)
+        flag = "--" + name.replace("_", "-")
+        if default is False:
+            parser.add_argument(flag, action="store_true", help=text)
+        else:
+            parser.add_argument(flag, type=str if default is None else type(default), default=default, help=text)
+    return parser.parse_args()
 
 
 def seed_script(name):

@@ -18,7 +18,6 @@ default addresses.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -30,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import (REPO, VENV_BIN, close_masters, counting_ssh, executions_per_host,  # noqa: E402
+from lab_common import (REPO, VENV_BIN, arguments, close_masters, counting_ssh, executions_per_host,  # noqa: E402
                         fleet_addresses, fleet_hosts, lab_fleet, round_dirs, seed_script, timed,
                         without_control_path)
 
@@ -114,11 +113,7 @@ def profile_parts(inventory, state, tmp, repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--no-profile", action="store_true", help="skip the breakdown of patrol's time")
-    args = parser.parse_args()
+    args = arguments(__doc__, hosts=32, repeat=5, no_profile=(False, "skip the breakdown of patrol's time"))
     probe = seed_probe()
     with lab_fleet(args.hosts) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

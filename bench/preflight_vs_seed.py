@@ -15,7 +15,6 @@ addresses.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -29,7 +28,7 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import (REPO, VENV_BIN, close_masters, counting_ssh, executions_per_host,  # noqa: E402
+from lab_common import (REPO, VENV_BIN, arguments, close_masters, counting_ssh, executions_per_host,  # noqa: E402
                         fleet_addresses, fleet_hosts, lab_fleet, seed_script, timed, without_control_path)
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
@@ -76,11 +75,7 @@ def per_host(counts, addresses):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-breakdown", action="store_true", help="skip where preflight's time goes")
-    args = parser.parse_args()
+    args = arguments(__doc__, hosts=16, repeat=3, no_breakdown=(False, "skip where preflight's time goes"))
     script = seed_script("gpu_health.sh")
     with lab_fleet(args.hosts) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)

@@ -17,7 +17,6 @@ LAB_NET=127.0.N moves the fleet off the default addresses.
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import resource
@@ -31,7 +30,7 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import REPO, VENV_BIN, lab_fleet  # noqa: E402
+from lab_common import REPO, VENV_BIN, arguments, lab_fleet  # noqa: E402
 from patrol_vs_ssh import ansible_env, close_masters  # noqa: E402
 
 FLEET_MAX = 32
@@ -89,10 +88,7 @@ def run(inventory, playbook):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="8,16,32", help="comma-separated host counts (default 8,16,32)")
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = arguments(__doc__, sizes=("8,16,32", "comma-separated host counts (default 8,16,32)"), repeat=5)
     sizes = [int(s) for s in args.sizes.split(",")]
     with lab_fleet(min(FLEET_MAX, max(sizes))) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         books = playbooks(pathlib.Path(tmp))
