@@ -10,7 +10,7 @@ class ModuleDocFragment:
     """Shared descriptions of the module attributes.
 
     DOCUMENTATION and PLATFORM only describe them (the module states each support level); POSIX and READ_ONLY are
-    whole attribute sets: a module extends one of those alone (POSIX with its own check_mode support).
+    whole attribute sets: a module extends one of those alone.
     """
 
     DOCUMENTATION = r"""
@@ -46,8 +46,12 @@ attributes:
     description: Can run in check_mode and return changed status prediction without modifying target.
 """
 
-    # The whole attribute set of a module that only reads (extended alone, instead of POSIX): POSIX's, with check
-    # mode supported in full (these lines continue POSIX's check_mode entry).
-    READ_ONLY = POSIX + r"""    support: full
+    # Added after POSIX for a module that only reads (the fragments' check_mode entries merge): check mode runs it
+    # as usual.
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
     details: The module only reads, so check mode runs it as usual.
 """

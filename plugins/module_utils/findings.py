@@ -14,7 +14,7 @@ LEVELS = ("PASS", "INFO", "WARN", "FAIL")
 # INFO ranks with PASS: it informs, it never changes a verdict.
 _RANK = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
 FAIL_ON_CHOICES = ("FAIL", "WARN", "never")
-# the fail_on option of every probe module (its documentation: the doc fragment remote_gpu.trainer.fail_on)
+# the fail_on option of every probe module (its documentation: the doc fragment remote_gpu.trainer.probe)
 FAIL_ON_OPTION = dict(type="str", choices=list(FAIL_ON_CHOICES), default="FAIL")
 
 

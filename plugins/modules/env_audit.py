@@ -26,8 +26,8 @@ description:
   - Checks that the proxy hook the profile expects is present.
   - Read-only.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.read_only
-  - remote_gpu.trainer.fail_on
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.probe
 options:
   proxy_hook:
     description: File the profile expects jobs to source for network access (AutoDL C(/etc/network_turbo)). Empty for none.

@@ -30,8 +30,8 @@ description:
     also hot), V(running_hot), V(pcie_link_degraded), V(xid_app_fault), V(kernel_log_unreadable) (WARN);
     V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off) (INFO)."
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.read_only
-  - remote_gpu.trainer.fail_on
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.probe
 options:
   expected_count:
     description:

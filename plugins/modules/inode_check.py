@@ -26,9 +26,9 @@ description:
     verb (C(durable_not_separate)).
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.probe
   - remote_gpu.trainer.disk_thresholds
-  - remote_gpu.trainer.fail_on
 options:
   paths:
     description:

@@ -56,9 +56,9 @@ description:
     C(kernel_log_unreadable) INFO, never a failure.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.read_only
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.probe
   - remote_gpu.trainer.disk_thresholds
-  - remote_gpu.trainer.fail_on
   - remote_gpu.trainer.job
 options:
   name:

@@ -32,8 +32,8 @@ description:
     under a timeout.
   - The task fails only when RV(status) is at or above O(fail_on); the same keys are returned either way.
 extends_documentation_fragment:
-  - remote_gpu.trainer.attributes.read_only
-  - remote_gpu.trainer.fail_on
+  - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.probe
 options:
   storage:
     description:

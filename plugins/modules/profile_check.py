@@ -27,6 +27,7 @@ description:
     only reading each host's variables grows with the fleet.
   - Fails itself only when the schema cannot be read; a broken profile is reported in RV(problems), never raised.
 extends_documentation_fragment:
+  - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.attributes.read_only
 options:
   hosts:

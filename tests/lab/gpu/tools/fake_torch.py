@@ -7,7 +7,6 @@ Shared by the unit tests of preflight_probe and the playbook tests of preflight.
 """
 from __future__ import annotations
 
-import textwrap
 
 # A torch 2.x CUDA 11.x build's architectures: nothing for Hopper (sm_90)
 NO_HOPPER = "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The O(fail_on) option of the modules that end by findings (module_utils/findings.py FAIL_ON_OPTION, run_check)."""
+    """What every read-only probe that ends by its findings shares (extended after remote_gpu.trainer.attributes.posix):
+    full check mode, and the O(fail_on) option (module_utils/findings.py FAIL_ON_OPTION, run_check)."""
 
     DOCUMENTATION = r"""
 options:
@@ -16,4 +17,8 @@ options:
     type: str
     choices: [FAIL, WARN, never]
     default: FAIL
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads, so check mode runs it as usual.
 """
