@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The test command (`make test`, called by .ci/run). With an argument, runs one stage only.
-# Stages: lint, sanity, changelog, pytest, molecule. Any failure fails the run; pytest finding
-# no test at all (exit 5) is a failure too.
+# The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
+# Stages: lint, sanity, changelog, pytest (all of units and lab), units, lab, molecule. Any failure fails the run;
+# pytest finding no test at all (exit 5) is a failure too.
+# Without arguments, two lanes run at once, each stage as its own process (one core each on a 2-core machine;
+# most of a lab test's time is waiting on SSH, tmux and the boxes):
+#   checks: lint, sanity, changelog, units, molecule (on its own lab network, LAB_NET_CHECKS, default 127.0.70)
+#   lab:    the playbook and lab tests (LAB_NET as set, default 127.0.0)
+# Both lanes run to the end; the run fails if either failed. The checks lane's output is printed after the lab's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -35,15 +40,33 @@ run_changelog() {
   antsibull-changelog lint
 }
 
-run_pytest() {
-  stage "pytest (unit, hostile inputs, playbooks, lab)"
+pytest_stage() {
   local rc=0
-  pytest -q --durations=15 tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null) || rc=$?
+  pytest -q --durations=15 "$@" || rc=$?
   if [[ $rc -eq 5 ]]; then
     echo "pytest collected no tests: that is a failure" >&2
     return 1
   fi
   return $rc
+}
+
+# The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it runs
+# in the checks lane, never beside that scenario.
+CRON_TEST=tests/playbooks/test_autopilot_timer.py
+
+run_pytest() {
+  stage "pytest (unit, hostile inputs, playbooks, lab)"
+  pytest_stage tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+}
+
+run_units() {
+  stage "pytest (unit, hostile inputs, the cron test)"
+  pytest_stage tests/unit tests/hostile "$CRON_TEST"
+}
+
+run_lab() {
+  stage "pytest (playbooks, lab)"
+  pytest_stage --ignore "$CRON_TEST" tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
 }
 
 run_molecule() {
@@ -64,12 +87,36 @@ if [[ $# -gt 0 ]]; then
   for s in "$@"; do "run_$s"; done
   exit 0
 fi
+
+# lane NAME STAGE...: each stage in a process of its own (so that errexit holds inside it); stops at the first failure
+lane() {
+  local name=$1 s t
+  shift
+  for s in "$@"; do
+    t=$(date +%s)
+    if ! bash "$0" "$s"; then
+      echo "$name lane: stage $s failed" | tee -a "$work/failed"
+      return 1
+    fi
+    echo "$s $(( $(date +%s) - t )) s" >> "$work/times"
+  done
+}
+
 start=$(date +%s)
-times=()
-for s in lint sanity changelog pytest molecule; do
-  t=$(date +%s)
-  "run_$s"
-  times+=("$s $(( $(date +%s) - t )) s")
-done
+work=$(mktemp -d)
+molecule_state=$(mktemp -d)
+trap 'rm -rf "$work" "$molecule_state"' EXIT
+(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule) \
+  > "$work/checks.log" 2>&1 &
+checks=$!
+lane lab lab || true
+wait "$checks" || true
+printf '\n=== checks lane (lint, sanity, changelog, units, molecule) ===\n'
+cat "$work/checks.log"
 echo
-echo "make test: all stages passed in $(( $(date +%s) - start )) s ($(IFS=,; echo "${times[*]}" | sed 's/,/, /g'))"
+if [[ -s $work/failed ]]; then
+  cat "$work/failed" >&2
+  echo "make test: FAILED after $(( $(date +%s) - start )) s" >&2
+  exit 1
+fi
+echo "make test: all stages passed in $(( $(date +%s) - start )) s ($(paste -sd, "$work/times" | sed 's/,/, /g'))"
