@@ -154,6 +154,8 @@ class ActionModule(DocumentedAction):
             return False
 
     def act(self, result, args, task_vars):
+        if args["history_dir"] is None:
+            args["history_dir"] = os.path.join(os.path.dirname(args["report_path"]), "history")
         hostvars = task_vars.get("hostvars") or {}
         hosts = targeted_hosts(None, task_vars)
         now = time.time()

@@ -55,9 +55,11 @@ options:
     type: str
     default: train
   history_dir:
-    description: The directory of the per-host history files (shared with patrol and preflight).
+    description:
+      - The directory of the per-host history files (shared with patrol and preflight).
+      - Omitted, C(history) next to O(report_path) (C(reports/history) by default), where patrol and preflight keep
+        theirs.
     type: path
-    default: reports/history
   report_path:
     description: The JSON report of the tick (written by V(record), also in check mode).
     type: path

@@ -108,3 +108,13 @@ def test_the_outcome_of_a_park_or_heal():
     assert outcome_of(api, {"p": {"changed": True, "msg": "stopped"}}, names) == {
         "ok": True, "msg": "the runpod API: stopped"}
     assert outcome_of(api, {"p": {"failed": True, "msg": "401"}}, names) == {"ok": False, "msg": "401"}
+
+
+def test_without_history_dir_the_history_lies_next_to_the_report(tmp_path):
+    """As patrol's and preflight's: -e autopilot_report_path=DIR/x.json alone moves the history to DIR/history."""
+    hostvars = {"a": host()}
+    found = {"report_path": str(tmp_path / "ticks" / "autopilot.json")}
+    decisions = run_action(ActionModule, dict(found, phase="decide"), task_vars=play(hostvars, tmp_path))["decisions"]
+    run_action(ActionModule, dict(found, phase="record", decisions=decisions), task_vars=play(hostvars, tmp_path))
+    assert (tmp_path / "ticks" / "history" / "a.jsonl").is_file()
+    assert (tmp_path / "ticks" / "autopilot.json").is_file()
