@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (all of units and lab), units, lab, molecule. Any failure fails the run;
-# pytest finding no test at all (exit 5) is a failure too.
+# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab_checks, molecule. Any failure fails
+# the run; pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, two lanes run at once, each stage as its own process (one core each on a 2-core machine;
-# most of a lab test's time is waiting on SSH, tmux and the boxes):
-#   checks: lint, sanity, changelog, units, molecule (on its own lab network, LAB_NET_CHECKS, default 127.0.70)
-#   lab:    the playbook and lab tests (LAB_NET as set, default 127.0.0)
+# much of a lab test's time is waiting on SSH, tmux and the boxes):
+#   checks: lint, sanity, changelog, units, molecule, lab_checks (on a lab network of its own: LAB_NET_CHECKS,
+#           default 127.0.70)
+#   lab:    the playbook and the other lab tests (LAB_NET as set, default 127.0.0)
 # Both lanes run to the end; the run fails if either failed. The checks lane's output is printed after the lab's.
+# LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
@@ -54,6 +56,9 @@ pytest_stage() {
 # in the checks lane, never beside that scenario.
 CRON_TEST=tests/playbooks/test_autopilot_timer.py
 
+# The lab tests that run in the checks lane, after molecule, so that the two lanes take about as long.
+CHECKS_LAB=(tests/lab/tests/test_autopilot_lab.py)
+
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
   pytest_stage tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
@@ -65,8 +70,14 @@ run_units() {
 }
 
 run_lab() {
-  stage "pytest (playbooks, lab)"
-  pytest_stage --ignore "$CRON_TEST" tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+  stage "pytest (playbooks, lab; not the cron test, not ${CHECKS_LAB[*]})"
+  pytest_stage --ignore "$CRON_TEST" $(printf -- '--ignore %s ' "${CHECKS_LAB[@]}") tests/playbooks \
+    $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+}
+
+run_lab_checks() {
+  stage "pytest (${CHECKS_LAB[*]})"
+  pytest_stage "${CHECKS_LAB[@]}"
 }
 
 run_molecule() {
@@ -102,16 +113,17 @@ lane() {
   done
 }
 
+export LAB_REQUIRE_FREE=1
 start=$(date +%s)
 work=$(mktemp -d)
 molecule_state=$(mktemp -d)
 trap 'rm -rf "$work" "$molecule_state"' EXIT
-(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule) \
+(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule lab_checks) \
   > "$work/checks.log" 2>&1 &
 checks=$!
 lane lab lab || true
 wait "$checks" || true
-printf '\n=== checks lane (lint, sanity, changelog, units, molecule) ===\n'
+printf '\n=== checks lane (lint, sanity, changelog, units, molecule, lab_checks) ===\n'
 cat "$work/checks.log"
 echo
 if [[ -s $work/failed ]]; then

@@ -68,19 +68,32 @@ def _sshd_sessions(init_pid: int) -> list:
     return found
 
 
+def _signal(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _kill_all(pids_of, timeout: float = 10.0) -> None:
+    """SIGKILL every process of ``pids_of()`` at once, as a reset does: all are frozen (SIGSTOP) first, until no new
+    one appears, so that none sees another die and records what a crash records (a job wrapper writing the exit
+    code of its killed item) before its own turn comes."""
     deadline = time.monotonic() + timeout
     while True:
-        pids = pids_of()
-        if not pids:
+        frozen = set()
+        while True:
+            fresh = set(pids_of()) - frozen
+            if not fresh:
+                break
+            _signal(fresh, signal.SIGSTOP)
+            frozen |= fresh
+        if not frozen:
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"processes {pids} survived SIGKILL")
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            raise RuntimeError(f"processes {sorted(frozen)} survived SIGKILL")
+        _signal(frozen, signal.SIGKILL)
         time.sleep(0.05)
 
 

@@ -164,6 +164,14 @@ def processes_in(namespaces: set) -> list:
     return found
 
 
+def lab_busy(message: str) -> None:
+    """The lab's addresses are taken: skip, with ``message``; a failure under LAB_REQUIRE_FREE=1 (make test sets it,
+    so that a fleet left running can never turn the lab tests into skips)."""
+    if os.environ.get("LAB_REQUIRE_FREE") == "1":
+        pytest.fail(message + " (LAB_REQUIRE_FREE=1)", pytrace=False)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def lab_free():
     if os.geteuid() != 0:
@@ -171,5 +179,5 @@ def lab_free():
     net = os.environ.get("LAB_NET", "127.0.0")
     busy = [a for a in (f"{net}.{10 + i}" for i in range(1, 10)) if listening(a)]
     if busy:
-        pytest.skip(f"a lab fleet (or something else) already listens on {', '.join(busy)}:22; "
-                    "run `tests/lab/fleet down` first")
+        lab_busy(f"a lab fleet (or something else) already listens on {', '.join(busy)}:22; "
+                 "run `tests/lab/fleet down` first")

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from conftest import lab_busy
 from lab_teardown_support import LabFleet, fill_inodes, module_result, safetensors_bytes, started, torch_zip_bytes
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)"),
@@ -39,8 +40,8 @@ def fleet(tmp_path_factory):
                    "--durable-size", "%dm" % DURABLE_SIZE_MIB, "--data-size", "192m")
     busy = lab.busy()
     if busy:
-        pytest.skip("something already listens on %s:22; set LAB_NET (and LAB_STATE_DIR) to run beside it"
-                    % ", ".join(busy))
+        lab_busy("something already listens on %s:22; set LAB_NET (and LAB_STATE_DIR) to run beside it"
+                 % ", ".join(busy))
     with started(lab) as up:
         assert up.hosts[HOST]["lab_platform"] == "autodl"
         yield up

@@ -18,6 +18,7 @@ import shutil
 
 import pytest
 
+from conftest import lab_busy
 from lab_teardown_support import REPO, LabFleet, safetensors_bytes, started, torch_zip_bytes
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)"),
@@ -34,8 +35,8 @@ def fleet(tmp_path_factory):
     lab = LabFleet("teardown", tmp_path_factory.mktemp("lab-teardown"), 3)
     busy = lab.busy()
     if busy:
-        pytest.skip("something already listens on %s:22; set LAB_NET (and LAB_STATE_DIR) to run beside it"
-                    % ", ".join(busy))
+        lab_busy("something already listens on %s:22; set LAB_NET (and LAB_STATE_DIR) to run beside it"
+                 % ", ".join(busy))
     with started(lab) as up:
         assert [up.hosts[h]["lab_platform"] for h in ("lab-01", "lab-02", "lab-03")] == ["autodl", "autodl", "runpod"]
         yield up
