@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab_checks, molecule. Any failure fails
-# the run; pytest finding no test at all (exit 5) is a failure too.
+# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, molecule. Any failure fails the run;
+# pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, two lanes run at once, each stage as its own process (one core each on a 2-core machine;
 # much of a lab test's time is waiting on SSH, tmux and the boxes):
-#   checks: lint, sanity, changelog, units, molecule, lab_checks (on a lab network of its own: LAB_NET_CHECKS,
-#           default 127.0.70)
-#   lab:    the playbook and the other lab tests (LAB_NET as set, default 127.0.0)
+#   checks: lint, sanity, changelog, units, molecule (on a lab network of its own: LAB_NET_CHECKS, default 127.0.70)
+#   lab:    the playbook and lab tests (LAB_NET as set, default 127.0.0)
+# The lanes take about as long: on 2 cores, moving the autopilot's lab tests to the checks lane made the run longer.
 # Both lanes run to the end; the run fails if either failed. The checks lane's output is printed after the lab's.
 # LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
@@ -56,9 +56,6 @@ pytest_stage() {
 # in the checks lane, never beside that scenario.
 CRON_TEST=tests/playbooks/test_autopilot_timer.py
 
-# The lab tests that run in the checks lane, after molecule, so that the two lanes take about as long.
-CHECKS_LAB=(tests/lab/tests/test_autopilot_lab.py)
-
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
   pytest_stage tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
@@ -70,14 +67,8 @@ run_units() {
 }
 
 run_lab() {
-  stage "pytest (playbooks, lab; not the cron test, not ${CHECKS_LAB[*]})"
-  pytest_stage --ignore "$CRON_TEST" $(printf -- '--ignore %s ' "${CHECKS_LAB[@]}") tests/playbooks \
-    $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
-}
-
-run_lab_checks() {
-  stage "pytest (${CHECKS_LAB[*]})"
-  pytest_stage "${CHECKS_LAB[@]}"
+  stage "pytest (playbooks, lab; not the cron test)"
+  pytest_stage --ignore "$CRON_TEST" tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
 }
 
 run_molecule() {
@@ -118,12 +109,12 @@ start=$(date +%s)
 work=$(mktemp -d)
 molecule_state=$(mktemp -d)
 trap 'rm -rf "$work" "$molecule_state"' EXIT
-(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule lab_checks) \
+(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule) \
   > "$work/checks.log" 2>&1 &
 checks=$!
 lane lab lab || true
 wait "$checks" || true
-printf '\n=== checks lane (lint, sanity, changelog, units, molecule, lab_checks) ===\n'
+printf '\n=== checks lane (lint, sanity, changelog, units, molecule) ===\n'
 cat "$work/checks.log"
 echo
 if [[ -s $work/failed ]]; then
