@@ -4,9 +4,10 @@
 # pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, two lanes run at once, each stage as its own process (one core each on a 2-core machine;
 # much of a lab test's time is waiting on SSH, tmux and the boxes):
-#   checks: lint, sanity, changelog, units, molecule (on a lab network of its own: LAB_NET_CHECKS, default 127.0.70)
-#   lab:    the playbook and lab tests (LAB_NET as set, default 127.0.0)
-# The lanes take about as long: on 2 cores, moving the autopilot's lab tests to the checks lane made the run longer.
+#   checks: lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule (on a lab
+#           network of its own: LAB_NET_CHECKS, default 127.0.70)
+#   lab:    the other playbook tests and the lab tests (LAB_NET as set, default 127.0.0)
+# CHECKS_PLAYBOOK_TESTS also balances the two lanes (the lab lane is the longer one without them).
 # Both lanes run to the end; the run fails if either failed. The checks lane's output is printed after the lab's.
 # LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
@@ -52,9 +53,10 @@ pytest_stage() {
   return $rc
 }
 
-# The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it runs
-# in the checks lane, never beside that scenario.
-CRON_TEST=tests/playbooks/test_autopilot_timer.py
+# Playbook tests (no lab fleet) of the checks lane. The autopilot timer test installs a cron entry for this user, as
+# the molecule scenario autopilot_timer does: it must run there, never beside that scenario; the others balance lanes.
+CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_autopilot_timer.py tests/playbooks/test_provider_inventory.py
+  tests/playbooks/test_teardown_local.py tests/playbooks/test_profiles.py)
 
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
@@ -62,13 +64,14 @@ run_pytest() {
 }
 
 run_units() {
-  stage "pytest (unit, hostile inputs, the cron test)"
-  pytest_stage tests/unit tests/hostile "$CRON_TEST"
+  stage "pytest (unit, hostile inputs, ${CHECKS_PLAYBOOK_TESTS[*]})"
+  pytest_stage tests/unit tests/hostile "${CHECKS_PLAYBOOK_TESTS[@]}"
 }
 
 run_lab() {
-  stage "pytest (playbooks, lab; not the cron test)"
-  pytest_stage --ignore "$CRON_TEST" tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+  stage "pytest (the other playbook tests, lab)"
+  pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}") tests/playbooks \
+    $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
 }
 
 run_molecule() {
