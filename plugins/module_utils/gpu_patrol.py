@@ -28,22 +28,21 @@ import time
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_findings
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
-    USAGE_FIELDS, NvidiaSmiParseError, SmiError, is_no_value, parse_rows, query_args, rejected_field, run_smi, to_int,
+    USAGE_FIELDS, NvidiaSmiParseError, SmiError, is_no_value, parse_rows, query_args, rejected_field, run_smi,
     to_number)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_errors import classify_error
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.xid import parse_kernel_log
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import reasons_from_bitmask, short_pci
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import (
+    POWER_DRAW, SM_CLOCK, SM_CLOCK_MAX, THROTTLE_REASONS, short_pci)
 
 # Beyond USAGE_FIELDS (which the sampler sidecar shares): all exist from 465.27 to 610.x.
 EXTRA_FIELDS = (
     ("name", "name", lambda raw: None if is_no_value(raw) else raw.strip()),
     ("pci.bus_id", "pci", short_pci),
-    ("clocks.sm", "sm_clock_mhz", to_int),
-    ("clocks.max.sm", "sm_clock_max_mhz", to_int),
-    ("power.draw", "power_draw_w", to_number),
+    SM_CLOCK, SM_CLOCK_MAX, POWER_DRAW,
     ("power.limit", "power_limit_w", to_number),
-    ("clocks_throttle_reasons.active", "throttle_reasons", reasons_from_bitmask),
+    THROTTLE_REASONS,
 )
 PATROL_FIELDS = tuple(USAGE_FIELDS) + EXTRA_FIELDS
 GPU_KEYS = tuple(key for _field, key, _convert in PATROL_FIELDS)

@@ -128,13 +128,14 @@ def compute_apps(smi, timeout):
 # `--query-gpu=... --format=csv,noheader[,nounits]`
 # ---------------------------------------------------------------------------------------------------------------
 
+# A column of a table is (field, key, converter). Columns that several tables read are defined once: here, and in
+# nvidia_smi_gpu.py (those that need its converters).
+INDEX = ("index", "index", to_int)
+UTILIZATION = ("utilization.gpu", "utilization_pct", to_int)
+MEMORY_USED = ("memory.used", "memory_used_mib", to_int)
+
 # What job_status and the sampler read of each GPU.
-USAGE_FIELDS = (
-    ("index", "index", to_int),
-    ("utilization.gpu", "utilization_pct", to_int),
-    ("memory.used", "memory_used_mib", to_int),
-    ("memory.total", "memory_total_mib", to_int),
-)
+USAGE_FIELDS = (INDEX, UTILIZATION, MEMORY_USED, ("memory.total", "memory_total_mib", to_int))
 
 
 def parse_query_csv(text, fields):

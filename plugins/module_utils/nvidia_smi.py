@@ -17,8 +17,9 @@ Standard library only; runs on the target's Python 3.8+.
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import to_int, to_number
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import reasons_from_bitmask
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import INDEX, to_int
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_gpu import (
+    POWER_DRAW, SM_CLOCK, SM_CLOCK_MAX, THROTTLE_REASONS)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_text import parse_text
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi_xml import parse_xml
 
@@ -40,15 +41,13 @@ def parse_full(text):
 
 # Sample fields gpu_health asks for, with the key and converter of each (all exist from 465.27 to 610.x).
 SAMPLE_FIELDS = (
-    ("index", "index", to_int),
-    ("clocks.sm", "sm_clock_mhz", to_int),
-    ("clocks.max.sm", "sm_clock_max_mhz", to_int),
+    INDEX, SM_CLOCK, SM_CLOCK_MAX,
     ("temperature.gpu", "temperature_c", to_int),
     ("utilization.gpu", "utilization_gpu_pct", to_int),
-    ("power.draw", "power_draw_w", to_number),
+    POWER_DRAW,
     ("pcie.link.gen.current", "pcie_gen_current", to_int),
     ("pcie.link.gen.max", "pcie_gen_max", to_int),
     ("pcie.link.width.current", "pcie_width_current", to_int),
     ("pcie.link.width.max", "pcie_width_max", to_int),
-    ("clocks_throttle_reasons.active", "throttle_reasons", reasons_from_bitmask),
+    THROTTLE_REASONS,
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import is_no_value, to_int
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import is_no_value, to_int, to_number
 
 # Canonical clock event ("throttle") reasons, with the NVML bit used by the ``*.active`` bitmask.
 REASON_BITS = (
@@ -97,6 +97,14 @@ def reasons_from_bitmask(raw):
     except ValueError:
         return None
     return sorted(name for name, bit in REASON_BITS if mask & bit)
+
+
+# `--query-gpu` columns that gpu_health's samples (nvidia_smi.SAMPLE_FIELDS) and patrol's query
+# (gpu_patrol.PATROL_FIELDS) both read: (field, key, converter), as in gpu_query.
+SM_CLOCK = ("clocks.sm", "sm_clock_mhz", to_int)
+SM_CLOCK_MAX = ("clocks.max.sm", "sm_clock_max_mhz", to_int)
+POWER_DRAW = ("power.draw", "power_draw_w", to_number)
+THROTTLE_REASONS = ("clocks_throttle_reasons.active", "throttle_reasons", reasons_from_bitmask)
 
 
 def active_reasons(states):

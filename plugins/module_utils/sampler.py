@@ -38,8 +38,7 @@ ITEM_FILE = "current.item"
 MAIN_PID_FILE = "main.pid"
 NA = "NA"
 NO_ITEM = "-"
-GPU_FIELDS = (("utilization.gpu", "utilization_pct", gpu_query.to_int),
-              ("memory.used", "memory_used_mib", gpu_query.to_int))
+GPU_FIELDS = (gpu_query.UTILIZATION, gpu_query.MEMORY_USED)
 SMI_TIMEOUT = 10
 MAX_SMALL_FILE = 4096
 RUNNER_POLL_SECONDS = 1.0

@@ -19,7 +19,7 @@ import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.cgroup import read_text
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import to_int
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import INDEX, UTILIZATION, to_int
 
 PROC = "/proc"
 PROC_DEVICES = "/proc/devices"
@@ -35,11 +35,7 @@ DEFAULT_IDLE_UTIL_MAX = 5
 GPU_NODE_RE = re.compile(r"^/dev/nvidia(\d+)$")
 DRIVER_GPUS = "/proc/driver/nvidia/gpus"
 # What the idle gate asks nvidia-smi, as a gpu_query table (field, key, converter).
-UTILIZATION_FIELDS = (
-    ("index", "index", to_int),
-    ("pci.bus_id", "bus_id", lambda raw: raw),
-    ("utilization.gpu", "utilization_pct", to_int),
-)
+UTILIZATION_FIELDS = (INDEX, ("pci.bus_id", "bus_id", lambda raw: raw), UTILIZATION)
 POLL_SECONDS = 0.1
 
 
