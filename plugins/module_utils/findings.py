@@ -68,12 +68,13 @@ def finding_message(item):
     return "%s: %s" % (item["code"], item["message"])
 
 
-def exit_by_fail_on(module, result, fail_on, message=finding_message):
-    """End a module: fail when ``result['status']`` reaches ``fail_on`` (with the worst finding as the message),
-    else exit. ``result`` holds the same keys either way, and ``changed`` defaults to False."""
+def exit_by_fail_on(module, result, fail_on, message=finding_message, findings=None):
+    """End a module: fail when ``result['status']`` reaches ``fail_on`` (with the worst of ``findings``, by default
+    ``result['findings']``, as the message), else exit. ``result`` holds the same keys either way, and ``changed``
+    defaults to False."""
     result.setdefault("changed", False)
     if at_or_above(result["status"], fail_on):
-        top = worst_finding(result.get("findings") or [])
+        top = worst_finding(result.get("findings") or [] if findings is None else findings)
         module.fail_json(msg=message(top) if top else "status %s" % result["status"], **result)
     module.exit_json(**result)
 

@@ -142,7 +142,7 @@ from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_probe, gpu_health, storage_probe
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import (
-    FAIL_ON_OPTION, at_or_above, finding_message, worst, worst_finding)
+    FAIL_ON_OPTION, exit_by_fail_on, worst)
 
 # The checks in the order a preflight row lists their findings (GPU, storage, environment): (suboption, result key)
 CHECKS = (("gpu", "gpu_health"), ("storage", "inode_check"), ("env", "env_audit"))
@@ -244,12 +244,12 @@ def run_probe(module, params):
     return results, "; ".join(errors) or None
 
 
-def top_finding(result):
-    """The worst finding of the three checks (the first at that level, GPU findings first)."""
+def all_findings(result):
+    """The three checks' findings, in the order of CHECKS (GPU first, so a GPU finding wins a tie)."""
     findings = []
     for _name, key in CHECKS:
         findings.extend((result.get(key) or {}).get("findings") or [])
-    return worst_finding(findings)
+    return findings
 
 
 def build_module():
@@ -278,10 +278,7 @@ def main():
     result["changed"] = False
     if error:
         module.fail_json(msg=error, **result)
-    if at_or_above(result["status"], module.params["fail_on"]):
-        top = top_finding(result)
-        module.fail_json(msg=finding_message(top) if top else "status %s" % result["status"], **result)
-    module.exit_json(**result)
+    exit_by_fail_on(module, result, module.params["fail_on"], findings=all_findings(result))
 
 
 if __name__ == "__main__":
