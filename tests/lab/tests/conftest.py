@@ -14,6 +14,8 @@ import pytest
 LAB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLEET = os.path.join(LAB, "fleet")
 REPO = os.path.dirname(os.path.dirname(LAB))
+# the fleet's address prefix: LAB_NET=127.0.N moves a second fleet off the default (tests/lab/README.md)
+NET = os.environ.get("LAB_NET", "127.0.0")
 sys.path.insert(0, LAB)
 
 from fleetlib import state as lab_state  # noqa: E402
@@ -176,8 +178,7 @@ def lab_busy(message: str) -> None:
 def lab_free():
     if os.geteuid() != 0:
         pytest.skip("the lab fleet needs root")
-    net = os.environ.get("LAB_NET", "127.0.0")
-    busy = [a for a in (f"{net}.{10 + i}" for i in range(1, 10)) if listening(a)]
+    busy = [a for a in (f"{NET}.{10 + i}" for i in range(1, 10)) if listening(a)]
     if busy:
         lab_busy(f"a lab fleet (or something else) already listens on {', '.join(busy)}:22; "
                  "run `tests/lab/fleet down` first")

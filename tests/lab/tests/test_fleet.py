@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import FLEET, REPO, Fleet, assert_nothing_left, namespaces_of, needs_root, processes_in, run_fleet
+from conftest import FLEET, NET, REPO, Fleet, assert_nothing_left, namespaces_of, needs_root, processes_in, run_fleet
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.lab]
 
@@ -46,7 +46,7 @@ def test_inventory_groups_and_vars(fleet):
     assert h["lab-01"]["lab_region"] == h["lab-02"]["lab_region"] == h["lab-06"]["lab_region"]
     assert h["lab-04"]["lab_region"] != h["lab-01"]["lab_region"]
     assert h["lab-07"]["ansible_user"] == "ubuntu"
-    assert [h[x]["ansible_host"] for x in ("lab-01", "lab-09")] == ["127.0.0.11", "127.0.0.19"]
+    assert [h[x]["ansible_host"] for x in ("lab-01", "lab-09")] == [NET + ".11", NET + ".19"]
     assert h["lab-06"]["lab_variant"] == ["no-tmux", "autodl-image"]
     assert all("lab_scenario" in v for v in h.values())
     common = fleet.inventory["all"]["vars"]["ansible_ssh_common_args"]

@@ -6,6 +6,7 @@ import os
 import pytest
 import yaml
 
+from conftest import NET
 from fleetlib.instance import gpu_count
 from fleetlib.inventory import inventory, layout, write_inventory
 
@@ -19,7 +20,7 @@ def test_default_three_two_autodl_same_region_and_runpod():
     insts = _layout(3)
     assert [(i["name"], i["platform"], i["region"]) for i in insts] == [
         ("lab-01", "autodl", "A"), ("lab-02", "autodl", "A"), ("lab-03", "runpod", "-")]
-    assert [i["addr"] for i in insts] == ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+    assert [i["addr"] for i in insts] == [NET + ".11", NET + ".12", NET + ".13"]
     assert insts[0]["data_dir"] == "/root/autodl-tmp" and insts[0]["durable_dir"] == "/root/autodl-fs"
     assert insts[2]["data_dir"] == "/workspace" and insts[2]["durable_dir"] is None
 
@@ -28,7 +29,7 @@ def test_larger_fleets_add_region_b_and_generic_ssh():
     insts = _layout(32)
     assert insts[3]["platform"] == "autodl" and insts[3]["region"] == "B"
     assert insts[4]["platform"] == "generic_ssh" and insts[4]["data_dir"] == "/root/proj"
-    assert insts[-1]["addr"] == "127.0.0.42"
+    assert insts[-1]["addr"] == NET + ".42"
     assert {i["platform"] for i in insts} == {"autodl", "runpod", "generic_ssh"}
 
 
