@@ -65,7 +65,8 @@ def lab_fleet(size, *args):
     if os.geteuid() != 0:
         raise SystemExit("the lab fleet needs root (namespaces, tmpfs); run this benchmark as root")
     state = tempfile.mkdtemp(prefix="rgt-bench-", dir="/tmp")
-    env = dict(os.environ, LAB_STATE_DIR=state)
+    # OpenSSH's default key exchange, as on a user's fleet (the tests' fleets offer a cheaper one: LAB_SSH_KEX)
+    env = dict(os.environ, LAB_STATE_DIR=state, LAB_SSH_KEX=os.environ.get("LAB_SSH_KEX", ""))
     try:
         out = subprocess.run([str(FLEET), "up", "--size", str(size), *args], env=env, check=True,
                              capture_output=True, text=True).stdout
