@@ -73,8 +73,10 @@ def exit_by_fail_on(module, result, fail_on, message=finding_message, findings=N
     ``result['findings']``, as the message), else exit. ``result`` holds the same keys either way, and ``changed``
     defaults to False."""
     result.setdefault("changed", False)
+    if findings is None:
+        findings = result.get("findings") or []
     if at_or_above(result["status"], fail_on):
-        top = worst_finding(result.get("findings") or [] if findings is None else findings)
+        top = worst_finding(findings)
         module.fail_json(msg=message(top) if top else "status %s" % result["status"], **result)
     module.exit_json(**result)
 
