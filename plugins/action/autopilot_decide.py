@@ -22,6 +22,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilo
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 
 display = Display()
 SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
@@ -156,7 +157,7 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         if args["history_dir"] is None:
             args["history_dir"] = os.path.join(os.path.dirname(args["report_path"]), "history")
-        hostvars = task_vars.get("hostvars") or {}
+        hostvars = HostVariables(task_vars.get("hostvars"), self._templar)
         hosts = targeted_hosts(None, task_vars)
         now = time.time()
         check = bool(self._task.check_mode)

@@ -22,6 +22,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_ta
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 
 display = Display()
 
@@ -68,7 +69,8 @@ def targeted_hosts(hosts, task_vars):
 
 
 def unknown_hosts(hosts, hostvars):
-    """The names in ``hosts`` that the inventory does not hold (``hostvars`` has every inventory host)."""
+    """The names in ``hosts`` that the inventory does not hold (``hostvars``, a HostVariables, has every inventory
+    host)."""
     if hosts is None:
         return []
     return [host for host in hosts if not host or host not in hostvars]
@@ -210,7 +212,7 @@ class ActionModule(DocumentedAction):
 
     def act(self, result, args, task_vars):
         check_args(args)
-        hostvars = task_vars.get("hostvars") or {}
+        hostvars = HostVariables(task_vars.get("hostvars"), self._templar)
         unknown = unknown_hosts(args["hosts"], hostvars)
         if unknown:
             raise AnsibleActionFail("hosts names %s, not in the inventory: fix the name(s) in hosts, or omit hosts to "

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import collections.abc
 import os
 
 import yaml
@@ -16,6 +15,7 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
 from ansible_collections.remote_gpu.trainer.plugins.modules.profile_check import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import SAFE_LOADER, DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 
 # The role's schema: the single source of truth for the profile's keys and types (ansible-doc -t role shows it).
 SPEC_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -35,20 +35,16 @@ class ActionModule(DocumentedAction):
     DOCUMENTATION = MODULE_DOCUMENTATION
     _requires_connection = False
 
-    def host_values(self, hostvars, host):
+    @staticmethod
+    def host_values(fleet, host):
         """(the host's trainer_* values, templates resolved; {key: why} for those that could not be resolved)."""
-        variables = hostvars.raw_get(host)
-        if not isinstance(variables, collections.abc.Mapping):
+        view = fleet.get(host)
+        if view is None:
             return {}, {"inventory_hostname": "not a host of the inventory"}
-        raw = profile_check.profile_values(variables)
-        templar = self._templar.copy_with_new_env(available_variables=variables)
         values, errors = {}, {}
-        for key, value in raw.items():
-            if not profile_check.has_template(value):  # most values are plain: templating them costs per host
-                values[key] = value
-                continue
+        for key in profile_check.profile_values(view.variables):
             try:
-                values[key] = templar.template(value)
+                values[key] = view.get(key)
             except AnsibleError as exc:
                 errors[key] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return values, errors
@@ -56,10 +52,10 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_batch") or []
         spec = load_spec()
-        hostvars = task_vars["hostvars"]
+        fleet = HostVariables(task_vars["hostvars"], self._templar)
         values, errors = {}, {}
         for host in hosts:
-            values[host], failed = self.host_values(hostvars, host)
+            values[host], failed = self.host_values(fleet, host)
             if failed:
                 errors[host] = failed
         problems, profiles = profile_check.fleet_problems(spec, values, errors)
