@@ -4,8 +4,10 @@ at 8, 16 and 32 lab hosts, and the bytes each probe module sends per host.
 
 The CPU is the user plus system time of the whole `ansible-playbook` process tree (its forks and their ssh
 processes), taken from the kernel's rusage of the finished children, not from wall time; the lab's sshd and the
-on-box probes are not in it. Every run connects cold (the ControlPersist masters are closed before it), as a tick
-from cron does. Each host runs a detached job (as in bench/patrol_vs_ssh.py). Runs are interleaved.
+on-box probes are not in it. Their CPU is measured apart, as box CPU (lab_common.box_cpu: a cpuacct cgroup holds
+the fleet): in this lab it shares the controller's cores, which a real fleet's does not. Every run connects cold
+(the ControlPersist masters are closed before it), as a tick from cron does. Each host runs a detached job (as in
+bench/patrol_vs_ssh.py). Runs are interleaved.
 
 Prints, per fleet size: the median wall and CPU of each play and the CPU per host; the ratio of patrol's CPU per
 host to the ping floor's (issue 15's target: at most 1.2); a projection from a straight-line fit of CPU against
@@ -23,7 +25,8 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import REPO, ansiballz_payload, arguments, close_masters, cpu_timed, lab_fleet  # noqa: E402
+from lab_common import (REPO, ansiballz_payload, arguments, box_cpu, box_work, close_masters,  # noqa: E402
+                        cpu_timed_with_boxes, idle_rate, lab_fleet)
 from patrol_vs_ssh import QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
@@ -45,20 +48,24 @@ def plays(inventory, tmp):
 
 
 def measure(size, repeat):
-    """{label: (median wall, median CPU, exit codes)} for one fleet size."""
+    """{label: (median wall, median controller CPU, median box CPU or None, exit codes)} for one fleet size."""
     with lab_fleet(size) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
-        start_jobs(inventory)
-        runs = plays(inventory, pathlib.Path(tmp))
-        walls, cpus, codes = ({label: [] for label in runs} for _table in range(3))
-        for _round in range(repeat):
-            for label, run in runs.items():
-                close_masters(state)
-                wall, cpu, code = cpu_timed(run)
-                walls[label].append(wall)
-                cpus[label].append(cpu)
-                codes[label].append(code)
-        close_masters(state)
-    return {label: (statistics.median(walls[label]), statistics.median(cpus[label]), sorted(set(codes[label])))
+        with box_cpu(state) as meter:
+            start_jobs(inventory)
+            runs = plays(inventory, pathlib.Path(tmp))
+            walls, cpus, boxes, codes = ({label: [] for label in runs} for _table in range(4))
+            for _round in range(repeat):
+                for label, run in runs.items():
+                    close_masters(state)
+                    wall, cpu, box, code = cpu_timed_with_boxes(run, meter)
+                    walls[label].append(wall)
+                    cpus[label].append(cpu)
+                    boxes[label].append(box)
+                    codes[label].append(code)
+            close_masters(state)
+            idle = idle_rate(meter) if meter else 0.0
+    return {label: (statistics.median(walls[label]), statistics.median(cpus[label]),
+                    box_work(boxes[label], walls[label], idle) if meter else None, sorted(set(codes[label])))
             for label in runs}
 
 
@@ -76,10 +83,17 @@ def main():
     results = {size: measure(size, args.repeat) for size in sizes}
     print("controller_cost: CPU of the ansible-playbook process tree (rusage), median of %d interleaved cold runs;"
           " patrol with -e patrol_queue_length=%d, preflight with sample_seconds=0" % (args.repeat, QUEUE_LENGTH))
-    print("  %5s  %-12s %8s %8s %12s %s" % ("hosts", "play", "wall s", "CPU s", "CPU s/host", "exit"))
+    line = "  %5s  %-12s %8s %8s %12s %14s %s"
+    print(line % ("hosts", "play", "wall s", "CPU s", "CPU s/host", "box CPU s/host", "exit"))
     for size, rows in results.items():
-        for label, (wall, cpu, codes) in rows.items():
-            print("  %5d  %-12s %8.2f %8.2f %12.3f %s" % (size, label, wall, cpu, cpu / size, codes))
+        for label, (wall, cpu, box, codes) in rows.items():
+            print(line % (size, label, "%.2f" % wall, "%.2f" % cpu, "%.3f" % (cpu / size),
+                          "-" if box is None else "%.3f" % (box / size), codes))
+    if any(box is None for rows in results.values() for _wall, _cpu, box, _codes in rows.values()):
+        print("  box CPU: not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)")
+    else:
+        print("  box CPU: the lab boxes' own CPU above their idle (sshd, the module run, the GPU emulator); here it"
+              " runs on the controller's cores, on a real fleet on each box's")
     for size, rows in results.items():
         ping = rows["ping floor"][1]
         print("  %d hosts: CPU per host, patrol/ping %.2f (target <= 1.2), preflight/ping %.2f" % (

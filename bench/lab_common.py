@@ -8,12 +8,14 @@ import collections
 import concurrent.futures
 import contextlib
 import io
+import json
 import os
 import pathlib
 import re
 import resource
 import shutil
 import stat
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -153,6 +155,80 @@ def ansiballz_payload(module, args=""):
     ours = dict((info.filename.rsplit("/", 1)[-1], info.file_size) for info in archive.infolist()
                 if "/remote_gpu/" in info.filename and info.file_size)
     return {"bytes": len(text.encode()), "ours": ours}
+
+
+CPUACCT = pathlib.Path("/sys/fs/cgroup/cpuacct")
+
+
+def _process_tree(pid):
+    """``pid`` and every process below it, from /proc (a process that ends meanwhile is skipped)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            threads = os.listdir("/proc/%d/task" % current)
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                todo.extend(int(child) for child in pathlib.Path("/proc/%d/task/%s/children" % (current, thread))
+                            .read_text().split())
+            except (OSError, ValueError):
+                pass
+    return found
+
+
+@contextlib.contextmanager
+def box_cpu(state):
+    """Yields a function that returns the CPU seconds the lab's boxes have used so far (their sshd, the modules
+    Ansible runs there, the GPU emulator, the jobs), or None where this machine has no writable cgroup-v1 cpuacct
+    hierarchy. Every process of the fleet moves into a cpuacct cgroup of its own, and what they start stays in it.
+
+    The boxes of this lab share the controller's cores, so their work lengthens every run's wall time; on a real
+    fleet, each box spends it on its own CPU. Measured apart, it says how much of a wall ratio is box-side work."""
+    group = CPUACCT / ("rgt-bench-%d" % os.getpid())
+    try:
+        group.mkdir()
+    except OSError:
+        yield None
+        return
+    try:
+        for instance in json.loads((state / "fleet.json").read_text())["instances"]:
+            for pid in _process_tree(instance["unshare"]["pid"]):
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.procs").write_text("%d\n" % pid)
+        yield lambda: int((group / "cpuacct.usage").read_text()) / 1e9
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (CPUACCT / "cgroup.procs").write_text(pid + "\n")
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def idle_rate(meter, windows=5):
+    """The boxes' CPU seconds per second while nothing connects (their jobs, their daemons): the least of ``windows``
+    one-second windows, so that a burst (jobs still starting, sessions still closing) is not taken for idle."""
+    rates = []
+    for _window in range(windows):
+        before = meter()
+        time.sleep(1.0)
+        rates.append(meter() - before)
+    return min(rates)
+
+
+def cpu_timed_with_boxes(func, meter):
+    """cpu_timed(func) plus the boxes' CPU seconds during the call: (wall, controller CPU, box CPU or None without a
+    meter, value). Subtract idle_rate() x wall, measured once the runs are over, for the call's own box work."""
+    before = meter() if meter else 0.0
+    wall, cpu, value = cpu_timed(func)
+    return wall, cpu, (meter() - before) if meter else None, value
+
+
+def box_work(used, walls, idle):
+    """The median of the runs' box CPU (``used``, from cpu_timed_with_boxes) above the boxes' idle rate."""
+    return statistics.median(max(0.0, box - idle * wall) for box, wall in zip(used, walls))
 
 
 def close_masters(state):

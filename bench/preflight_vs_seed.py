@@ -6,11 +6,12 @@ Prints the wall-time ratios preflight / seed and preflight / ping floor (issue 1
 with preflight_sample_seconds=0), and the SSH executions per host of each (target for preflight: exactly 1). Both
 preflight and the seed sample nothing over time (the seed's `dmon -s pucvmet` selection has no real capture, so the
 emulator refuses it and the seed skips its sampling; preflight runs with preflight_sample_seconds=0), so the
-comparison is about the probes themselves. Runs are interleaved, and every run connects cold (the seed with
-ControlPath=none; Ansible's ControlPersist masters are closed before each playbook run). Then where preflight's time
-goes: its first play (the profile validation) alone, and the rest (the probe play: the one SSH execution per host,
-the fleet table, the report) alone. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default
-addresses.
+comparison is about the probes themselves. Also the boxes' own CPU per host (lab_common.box_cpu): in this lab the
+boxes run on the controller's cores, so their work is in every wall time here, as it is not on a real fleet. Runs
+are interleaved, and every run connects cold (the seed with ControlPath=none; Ansible's ControlPersist masters are
+closed before each playbook run). Then where preflight's time goes: its first play (the profile validation) alone,
+and the rest (the probe play: the one SSH execution per host, the fleet table, the report) alone. Needs root (the
+lab fleet). LAB_NET=127.0.N moves the fleet off the default addresses.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from lab_common import (REPO, VENV_BIN, arguments, close_masters, counting_ssh, executions_per_host,  # noqa: E402
-                        fleet_addresses, fleet_hosts, lab_fleet, seed_script, timed, without_control_path)
+from lab_common import (REPO, VENV_BIN, arguments, box_cpu, box_work, close_masters, counting_ssh,  # noqa: E402
+                        cpu_timed_with_boxes, executions_per_host, fleet_addresses, fleet_hosts, idle_rate, lab_fleet,
+                        seed_script, timed, without_control_path)
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 
@@ -92,17 +94,22 @@ def main():
         }
         times = dict((side, []) for side in sides)
         counts = dict((side, []) for side in sides)
+        boxes = dict((side, []) for side in sides)
         results = {}
-        for round_no in range(args.repeat):  # interleaved, so all sides see the same machine state
-            for side, run in sides.items():
-                directory = tmp / ("%s%d" % (side, round_no))
-                directory.mkdir()
-                wrapper, log = counting_ssh(directory)
-                close_masters(state)
-                seconds, results[side] = timed(lambda run=run, wrapper=wrapper: run(wrapper))
-                times[side].append(seconds)
-                counts[side].append(executions_per_host(log, addresses))
-        close_masters(state)
+        with box_cpu(state) as meter:
+            for round_no in range(args.repeat):  # interleaved, so all sides see the same machine state
+                for side, run in sides.items():
+                    directory = tmp / ("%s%d" % (side, round_no))
+                    directory.mkdir()
+                    wrapper, log = counting_ssh(directory)
+                    close_masters(state)
+                    seconds, _cpu, box, results[side] = cpu_timed_with_boxes(
+                        lambda run=run, wrapper=wrapper: run(wrapper), meter)
+                    times[side].append(seconds)
+                    boxes[side].append(box)
+                    counts[side].append(executions_per_host(log, addresses))
+            close_masters(state)
+            idle = idle_rate(meter) if meter else 0.0
         median = dict((side, statistics.median(values)) for side, values in times.items())
         executions = dict((side, per_host(counts[side], addresses)) for side in sides)
         verdicts = sorted({row["verdict"] for row in json.loads(report.read_text())["hosts"]})
@@ -120,6 +127,14 @@ def main():
             executions["seed"], executions["ping"], executions["preflight"]))
         print("  all runs: seed %s s, ping %s s, preflight %s s" % tuple(
             " ".join("%.2f" % t for t in times[side]) for side in ("seed", "ping", "preflight")))
+        if None not in boxes["ping"]:
+            box = dict((side, box_work(boxes[side], times[side], idle) / len(addresses)) for side in sides)
+            extra = (box["preflight"] - box["ping"]) * len(addresses)
+            print("  the boxes' own CPU per host: seed %.3f s, ping %.3f s, preflight %.3f s; preflight's %.1f CPU s"
+                  " beyond ping's ran on this machine's %d cores (on a real fleet, on the boxes')" % (
+                      box["seed"], box["ping"], box["preflight"], extra, os.cpu_count() or 1))
+        else:
+            print("  the boxes' own CPU: not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)")
         print("  preflight also checks every GPU, storage tiers and inodes, the environment, and writes a report;")
         print("  the seed checks GPU 0 only.")
         if not args.no_breakdown:
