@@ -14,11 +14,13 @@ import pytest
 LAB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLEET = os.path.join(LAB, "fleet")
 REPO = os.path.dirname(os.path.dirname(LAB))
-# the fleet's address prefix: LAB_NET=127.0.N moves a second fleet off the default (tests/lab/README.md)
-NET = os.environ.get("LAB_NET", "127.0.0")
 sys.path.insert(0, LAB)
 
 from fleetlib import state as lab_state  # noqa: E402
+from lab_teardown_support import DEFAULT_NET  # noqa: E402
+
+# the fleet's address prefix: LAB_NET=127.0.N moves a second fleet off the default (tests/lab/README.md)
+NET = os.environ.get("LAB_NET", DEFAULT_NET)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)")
 
