@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from lab_common import (REPO, ansiballz_payload, arguments, box_cpu, box_work, close_masters,  # noqa: E402
-                        cpu_timed_with_boxes, idle_rate, lab_fleet)
+                        cpu_timed_with_boxes, idle_rate, lab_fleet, NO_BOX_METER)
 from patrol_vs_ssh import QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
@@ -90,7 +90,7 @@ def main():
             print(line % (size, label, "%.2f" % wall, "%.2f" % cpu, "%.3f" % (cpu / size),
                           "-" if box is None else "%.3f" % (box / size), codes))
     if any(box is None for rows in results.values() for _wall, _cpu, box, _codes in rows.values()):
-        print("  box CPU: not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)")
+        print("  box CPU: " + NO_BOX_METER)
     else:
         print("  box CPU: the lab boxes' own CPU above their idle (sshd, the module run, the GPU emulator); here it"
               " runs on the controller's cores, on a real fleet on each box's")

@@ -28,6 +28,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 FLEET = REPO / "tests" / "lab" / "fleet"
 SEEDS = REPO / "tests" / "fixtures" / "seeds" / "scripts.txt"
 VENV_BIN = pathlib.Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "tests" / "lab"))
+
+from fleetlib.state import children  # noqa: E402  (the lab's own reader of /proc/PID/task/*/children)
 
 
 def arguments(doc, **options):
@@ -158,24 +161,15 @@ def ansiballz_payload(module, args=""):
 
 
 CPUACCT = pathlib.Path("/sys/fs/cgroup/cpuacct")
+NO_BOX_METER = "not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)"
 
 
 def _process_tree(pid):
-    """``pid`` and every process below it, from /proc (a process that ends meanwhile is skipped)."""
+    """``pid`` and every process below it (a process that ends meanwhile is skipped)."""
     found, todo = [], [pid]
     while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            threads = os.listdir("/proc/%d/task" % current)
-        except OSError:
-            continue
-        for thread in threads:
-            try:
-                todo.extend(int(child) for child in pathlib.Path("/proc/%d/task/%s/children" % (current, thread))
-                            .read_text().split())
-            except (OSError, ValueError):
-                pass
+        found.append(todo.pop())
+        todo.extend(children(found[-1]))
     return found
 
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from lab_common import (REPO, VENV_BIN, arguments, box_cpu, box_work, close_masters, counting_ssh,  # noqa: E402
                         cpu_timed_with_boxes, executions_per_host, fleet_addresses, fleet_hosts, idle_rate, lab_fleet,
-                        seed_script, timed, without_control_path)
+                        NO_BOX_METER, seed_script, timed, without_control_path)
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 
@@ -134,7 +134,7 @@ def main():
                   " beyond ping's ran on this machine's %d cores (on a real fleet, on the boxes')" % (
                       box["seed"], box["ping"], box["preflight"], extra, os.cpu_count() or 1))
         else:
-            print("  the boxes' own CPU: not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)")
+            print("  the boxes' own CPU: " + NO_BOX_METER)
         print("  preflight also checks every GPU, storage tiers and inodes, the environment, and writes a report;")
         print("  the seed checks GPU 0 only.")
         if not args.no_breakdown:
