@@ -223,6 +223,22 @@ def test_startup_imports_stay_light():
     assert r.stdout.strip() == "[]", r.stderr
 
 
+def test_xml_view_imports_no_network_stack():
+    # each call of the fake is a new process: xml.sax.saxutils would pull in urllib.request and http.client (~40 ms)
+    code = ("import sys; sys.path.insert(0, %r); import nvsmi_emu.xmlmap;"
+            "print([m for m in ('xml.sax.saxutils', 'urllib.request', 'http.client', 'email') if m in sys.modules])"
+            ) % os.path.dirname(BIN)
+    r = subprocess.run([sys.executable, "-E", "-S", "-c", code], capture_output=True, text=True, timeout=30, check=False)
+    assert r.stdout.strip() == "[]", r.stderr
+
+
+@pytest.mark.parametrize("text", ["plain", "a & b", "<tag>", "&amp; > <", "N/A", ""])
+def test_xml_escape_is_saxutils_escape(text):
+    from xml.sax.saxutils import escape  # pylint: disable=import-outside-toplevel
+    from nvsmi_emu import xmlmap  # pylint: disable=import-outside-toplevel
+    assert xmlmap.escape(text) == escape(text)
+
+
 # ------------------------------------------------------------------------------------------------ XML view
 KEYS = [
     ("clocks_event_reasons/clocks_event_reason_hw_slowdown", "Clocks Event Reasons/HW Slowdown"),
