@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from xml.sax.saxutils import escape
 
 import pytest
 
 from gpu_emu_helpers import BIN, SCENARIOS, fixture_text, run_tool, smi_runner
+from nvsmi_emu import xmlmap
 
 
 @pytest.fixture
@@ -234,8 +236,6 @@ def test_xml_view_imports_no_network_stack():
 
 @pytest.mark.parametrize("text", ["plain", "a & b", "<tag>", "&amp; > <", "N/A", ""])
 def test_xml_escape_is_saxutils_escape(text):
-    from xml.sax.saxutils import escape  # pylint: disable=import-outside-toplevel
-    from nvsmi_emu import xmlmap  # pylint: disable=import-outside-toplevel
     assert xmlmap.escape(text) == escape(text)
 
 
