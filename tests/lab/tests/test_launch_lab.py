@@ -17,7 +17,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
-from conftest import REPO, needs_root, started_fleet
+from conftest import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -61,11 +61,11 @@ def src(tmp_path_factory):
     return root
 
 
-def launch(fleet, src, *args, extra=None):
+def launch(fleet, src, *args, extra=None, env=None):
     variables = {"launch_src": str(src), "launch_command": "bash train.sh"}
     variables.update(extra or {})
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), **(env or {}))
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
                            os.path.join(REPO, "playbooks", "launch.yml"), "-e", json.dumps(variables), *args],
                           capture_output=True, text=True, env=env, timeout=600, check=False)
@@ -100,7 +100,13 @@ def runs(fleet, host):
 
 
 def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp_path):
-    proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1})
+    ssh = SshCounter(tmp_path)
+    proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1},
+                  env=ssh.env)
+    # A fresh launch: 15 SSH executions per host, the push's rsync included (60 when the directories, the job
+    # environment, the scripts and queue.json were written with ansible.builtin.file, template and copy: write_files
+    # does each group in one). The count does not depend on the machine's noise.
+    assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 15)
     table = proc.stdout[proc.stdout.index("ITEM  HOST"):]
     expected = {"%03d" % i: HOSTS[i % 3] for i in range(7)}
     for item, host in expected.items():
