@@ -21,5 +21,5 @@ export PATH="$ROOT/.venv/bin:$PATH"
 export HOME="$ROOT/.cache/sanity-home"
 # 24.2 is the pip version ansible-core 2.19's ansible-test pins (python_requirements.py).
 mkdir -p "$HOME/.ansible/test/cache"
-cp "$ROOT/scripts/get_pip_bootstrap.py" "$HOME/.ansible/test/cache/get_pip_24_2.py"
+sed "s|@OUTER_PYTHON@|$ROOT/.venv/bin/python|" "$ROOT/scripts/get_pip_bootstrap.py" > "$HOME/.ansible/test/cache/get_pip_24_2.py"
 exec ansible-test sanity --local --python 3.11 --color no "$@"
