@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, molecule. Any failure fails the run;
-# pytest finding no test at all (exit 5) is a failure too.
-# Without arguments, two lanes run at once, each stage as its own process (one core each on a 2-core machine;
-# much of a lab test's time is waiting on SSH, tmux and the boxes):
-#   checks: lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule (on a lab
-#           network of its own: LAB_NET_CHECKS, default 127.0.70)
-#   lab:    the other playbook tests and the lab tests (LAB_NET as set, default 127.0.0)
-# CHECKS_PLAYBOOK_TESTS also balances the two lanes (the lab lane is the longer one without them).
-# Both lanes run to the end; the run fails if either failed. The checks lane's output is printed after the lab's.
+# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab2, timer, molecule. Any failure fails
+# the run; pytest finding no test at all (exit 5) is a failure too.
+# Without arguments, four lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
+# and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; four lanes keep both cores
+# of a 2-core machine busy through those waits. Each lane that starts lab fleets has a lab network of its own:
+#   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS; no lab fleet)
+#   molecule: timer (TIMER_TESTS), then molecule (LAB_NET_CHECKS, default 127.0.70)
+#   lab:      the playbook and lab tests that no other lane runs (LAB_NET as set, default 127.0.0)
+#   lab2:     the playbook and lab tests in LAB2_TESTS (LAB_NET_LAB2, default 127.0.80)
+# The lists balance the lanes; a new test file runs in the lab lane unless a list names it.
+# Every lane runs to the end; the run fails if any failed. The other lanes' output is printed after the lab's.
 # LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,10 +55,20 @@ pytest_stage() {
   return $rc
 }
 
-# Playbook tests (no lab fleet) of the checks lane. The autopilot timer test installs a cron entry for this user, as
-# the molecule scenario autopilot_timer does: it must run there, never beside that scenario; the others balance lanes.
-CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_autopilot_timer.py tests/playbooks/test_provider_inventory.py
-  tests/playbooks/test_teardown_local.py tests/playbooks/test_profiles.py)
+# Playbook tests of the checks lane (no lab fleet).
+CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_provider_inventory.py tests/playbooks/test_teardown_local.py
+  tests/playbooks/test_profiles.py)
+# The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it
+# runs in the molecule lane, before the scenarios, never beside them.
+TIMER_TESTS=(tests/playbooks/test_autopilot_timer.py)
+# The second lab lane.
+LAB2_TESTS=(tests/lab/tests/test_teardown_lab.py tests/lab/tests/test_reaper_lab.py
+  tests/lab/tests/test_sync_failed_lab.py tests/lab/tests/test_preflight_lab.py tests/lab/tests/test_patrol_lab.py
+  tests/lab/tests/test_provider_inventory_lab.py tests/lab/tests/test_power_lab.py tests/lab/tests/test_sync_lab.py
+  tests/lab/tests/test_fleet_lifecycle.py tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_notify.py
+  tests/playbooks/test_patrol_local.py tests/playbooks/test_credentials_local.py
+  tests/playbooks/test_preflight_local.py tests/playbooks/test_inode_check_real.py
+  tests/playbooks/test_collection_build.py)
 
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
@@ -68,10 +80,20 @@ run_units() {
   pytest_stage tests/unit tests/hostile "${CHECKS_PLAYBOOK_TESTS[@]}"
 }
 
+run_timer() {
+  stage "pytest (${TIMER_TESTS[*]})"
+  pytest_stage "${TIMER_TESTS[@]}"
+}
+
 run_lab() {
-  stage "pytest (the other playbook tests, lab)"
-  pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}") tests/playbooks \
-    $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+  stage "pytest (the playbook and lab tests of the lab lane)"
+  pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}" "${LAB2_TESTS[@]}") \
+    tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+}
+
+run_lab2() {
+  stage "pytest (${LAB2_TESTS[*]})"
+  pytest_stage "${LAB2_TESTS[@]}"
 }
 
 run_molecule() {
@@ -110,15 +132,23 @@ lane() {
 export LAB_REQUIRE_FREE=1
 start=$(date +%s)
 work=$(mktemp -d)
-molecule_state=$(mktemp -d)
-trap 'rm -rf "$work" "$molecule_state"' EXIT
-(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$molecule_state lane checks lint sanity changelog units molecule) \
-  > "$work/checks.log" 2>&1 &
-checks=$!
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/molecule-state" "$work/lab2-state"
+# Each background lane logs to a file; its lab fleets live on a network, state directory and proxy port of its own.
+(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$work/molecule-state LAB_PROXY_PORT=18870 lane molecule timer \
+  molecule) > "$work/molecule.log" 2>&1 &
+pids=($!)
+(LAB_NET=${LAB_NET_LAB2:-127.0.80} LAB_STATE_DIR=$work/lab2-state LAB_PROXY_PORT=18880 lane lab2 lab2) \
+  > "$work/lab2.log" 2>&1 &
+pids+=($!)
+(lane checks lint sanity changelog units) > "$work/checks.log" 2>&1 &
+pids+=($!)
 lane lab lab || true
-wait "$checks" || true
-printf '\n=== checks lane (lint, sanity, changelog, units, molecule) ===\n'
-cat "$work/checks.log"
+for pid in "${pids[@]}"; do wait "$pid" || true; done
+for name in lab2 checks molecule; do
+  printf '\n=== %s lane ===\n' "$name"
+  cat "$work/$name.log"
+done
 echo
 if [[ -s $work/failed ]]; then
   cat "$work/failed" >&2
