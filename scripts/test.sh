@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab2, timer, molecule. Any failure fails
-# the run; pytest finding no test at all (exit 5) is a failure too.
+# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab2, timer, molecule (every scenario),
+# molecule_lane, molecule_checks. Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, four lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
 # and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; four lanes keep both cores
 # of a 2-core machine busy through those waits. Each lane that starts lab fleets has a lab network of its own:
-#   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS; no lab fleet)
-#   molecule: timer (TIMER_TESTS), then molecule (LAB_NET_CHECKS, default 127.0.70)
+#   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule_checks
+#             (the scenarios in CHECKS_SCENARIOS; LAB_NET_CHECKS2, default 127.0.90)
+#   molecule: timer (TIMER_TESTS), then molecule_lane, the other scenarios (LAB_NET_CHECKS, default 127.0.70)
 #   lab:      the playbook and lab tests that no other lane runs (LAB_NET as set, default 127.0.0)
 #   lab2:     the playbook and lab tests in LAB2_TESTS (LAB_NET_LAB2, default 127.0.80)
 # The lists balance the lanes; a new test file runs in the lab lane unless a list names it.
@@ -97,13 +98,30 @@ run_lab2() {
   pytest_stage "${LAB2_TESTS[@]}"
 }
 
+# Molecule scenarios of the checks lane; the molecule lane runs the others.
+CHECKS_SCENARIOS=(preflight)
+
 run_molecule() {
+  molecule_scenarios molecule/*/molecule.yml
+}
+
+run_molecule_lane() {
+  molecule_scenarios $(ls molecule/*/molecule.yml | grep -v -F -x "$(printf 'molecule/%s/molecule.yml\n' \
+    "${CHECKS_SCENARIOS[@]}")")
+}
+
+run_molecule_checks() {
+  molecule_scenarios $(printf 'molecule/%s/molecule.yml ' "${CHECKS_SCENARIOS[@]}")
+}
+
+# molecule_scenarios molecule/NAME/molecule.yml...: molecule test each scenario, in order
+molecule_scenarios() {
   if [[ $(id -u) -ne 0 ]]; then
     echo "molecule: skipped, the lab fleet needs root"
     return 0
   fi
   local scenario
-  for scenario in molecule/*/molecule.yml; do
+  for scenario in "$@"; do
     [[ -f $scenario ]] || continue
     scenario=$(basename "$(dirname "$scenario")")
     stage "molecule test -s $scenario"
@@ -134,15 +152,16 @@ export LAB_REQUIRE_FREE=1
 start=$(date +%s)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/molecule-state" "$work/lab2-state"
+mkdir "$work/molecule-state" "$work/lab2-state" "$work/checks-state"
 # Each background lane logs to a file; its lab fleets live on a network, state directory and proxy port of its own.
 (LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$work/molecule-state LAB_PROXY_PORT=18870 lane molecule timer \
-  molecule) > "$work/molecule.log" 2>&1 &
+  molecule_lane) > "$work/molecule.log" 2>&1 &
 pids=($!)
 (LAB_NET=${LAB_NET_LAB2:-127.0.80} LAB_STATE_DIR=$work/lab2-state LAB_PROXY_PORT=18880 lane lab2 lab2) \
   > "$work/lab2.log" 2>&1 &
 pids+=($!)
-(lane checks lint sanity changelog units) > "$work/checks.log" 2>&1 &
+(LAB_NET=${LAB_NET_CHECKS2:-127.0.90} LAB_STATE_DIR=$work/checks-state LAB_PROXY_PORT=18890 lane checks lint sanity \
+  changelog units molecule_checks) > "$work/checks.log" 2>&1 &
 pids+=($!)
 lane lab lab || true
 for pid in "${pids[@]}"; do wait "$pid" || true; done
