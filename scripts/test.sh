@@ -152,20 +152,22 @@ export LAB_REQUIRE_FREE=1
 start=$(date +%s)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/molecule-state" "$work/lab2-state" "$work/checks-state"
-# Each background lane logs to a file; its lab fleets live on a network, state directory and proxy port of its own.
-(LAB_NET=${LAB_NET_CHECKS:-127.0.70} LAB_STATE_DIR=$work/molecule-state LAB_PROXY_PORT=18870 lane molecule timer \
-  molecule_lane) > "$work/molecule.log" 2>&1 &
-pids=($!)
-(LAB_NET=${LAB_NET_LAB2:-127.0.80} LAB_STATE_DIR=$work/lab2-state LAB_PROXY_PORT=18880 lane lab2 lab2) \
-  > "$work/lab2.log" 2>&1 &
-pids+=($!)
-(LAB_NET=${LAB_NET_CHECKS2:-127.0.90} LAB_STATE_DIR=$work/checks-state LAB_PROXY_PORT=18890 lane checks lint sanity \
-  changelog units molecule_checks) > "$work/checks.log" 2>&1 &
-pids+=($!)
+# background_lane NET PROXY_PORT NAME STAGE...: lane NAME in the background, its output in $work/NAME.log, its lab
+# fleets on network NET with a state directory and a proxy port of their own
+pids=() names=()
+background_lane() {
+  local net=$1 port=$2 name=$3
+  shift 3
+  mkdir "$work/$name-state"
+  (LAB_NET=$net LAB_STATE_DIR=$work/$name-state LAB_PROXY_PORT=$port lane "$name" "$@") > "$work/$name.log" 2>&1 &
+  pids+=($!) names+=("$name")
+}
+background_lane "${LAB_NET_CHECKS:-127.0.70}" 18870 molecule timer molecule_lane
+background_lane "${LAB_NET_LAB2:-127.0.80}" 18880 lab2 lab2
+background_lane "${LAB_NET_CHECKS2:-127.0.90}" 18890 checks lint sanity changelog units molecule_checks
 lane lab lab || true
 for pid in "${pids[@]}"; do wait "$pid" || true; done
-for name in lab2 checks molecule; do
+for name in "${names[@]}"; do
   printf '\n=== %s lane ===\n' "$name"
   cat "$work/$name.log"
 done
