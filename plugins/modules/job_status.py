@@ -58,6 +58,7 @@ description:
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.probe
+  - remote_gpu.trainer.probe.direct
   - remote_gpu.trainer.disk_thresholds
   - remote_gpu.trainer.job
 options:
@@ -320,35 +321,40 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
 
 
-def build_module():
-    return AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str"),
+# AnsibleModule's keyword arguments; the job_status action validates a task's arguments against them on the
+# controller when it runs this module without AnsiballZ (plugin_utils/direct)
+MODULE_OPTIONS = dict(
+    argument_spec=dict(
+        name=dict(type="str"),
+        log_path=dict(type="path"),
+        queue_length=dict(type="int", default=0),
+        jobs=dict(type="list", elements="dict", options=dict(
+            name=dict(type="str", required=True),
             log_path=dict(type="path"),
             queue_length=dict(type="int", default=0),
-            jobs=dict(type="list", elements="dict", options=dict(
-                name=dict(type="str", required=True),
-                log_path=dict(type="path"),
-                queue_length=dict(type="int", default=0),
-            )),
-            run_dir=dict(type="str", default="~/.trainer/jobs"),
-            progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
-            stale_minutes=dict(type="int", default=30),
-            tail_lines=dict(type="int", default=20),
-            scan_timeout=dict(type="int", default=30),
-            paths=dict(type="list", elements="path", default=[]),
-            warn_pct=dict(type="int", default=85),
-            fail_pct=dict(type="int", default=95),
-            gpu=dict(type="bool", default=False),
-            timeout=dict(type="int", default=15),
-            kernel_log=dict(type="str", default="auto"),
-            cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
-            fail_on=FAIL_ON_OPTION,
-        ),
-        mutually_exclusive=[("name", "jobs")],
-        required_one_of=[("name", "jobs")],
-        supports_check_mode=True,
-    )
+        )),
+        run_dir=dict(type="str", default="~/.trainer/jobs"),
+        progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
+        stale_minutes=dict(type="int", default=30),
+        tail_lines=dict(type="int", default=20),
+        scan_timeout=dict(type="int", default=30),
+        paths=dict(type="list", elements="path", default=[]),
+        warn_pct=dict(type="int", default=85),
+        fail_pct=dict(type="int", default=95),
+        gpu=dict(type="bool", default=False),
+        timeout=dict(type="int", default=15),
+        kernel_log=dict(type="str", default="auto"),
+        cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
+        fail_on=FAIL_ON_OPTION,
+    ),
+    mutually_exclusive=[("name", "jobs")],
+    required_one_of=[("name", "jobs")],
+    supports_check_mode=True,
+)
+
+
+def build_module():
+    return AnsibleModule(**MODULE_OPTIONS)
 
 
 MAX_TAIL_LINES = 10000

@@ -34,6 +34,7 @@ description:
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.probe
+  - remote_gpu.trainer.probe.direct
 options:
   storage:
     description:
@@ -252,17 +253,23 @@ def all_findings(result):
     return findings
 
 
+# AnsibleModule's keyword arguments, and the argument spec of each check's suboptions (typed in validate()): the
+# preflight_probe action checks a task's arguments against both on the controller when it runs this module without
+# AnsiballZ (plugin_utils/direct)
+MODULE_OPTIONS = dict(
+    argument_spec=dict(
+        storage=dict(type="dict", required=True),
+        gpu=dict(type="dict", default={}),
+        env=dict(type="dict", default={}),
+        fail_on=FAIL_ON_OPTION,
+    ),
+    supports_check_mode=True,
+)
+SUBSPECS = dict((name, spec) for name, spec, _check in SECTIONS)
+
+
 def build_module():
-    return AnsibleModule(
-        argument_spec=dict(
-            # each check's suboptions are typed by that check's own spec, in validate()
-            storage=dict(type="dict", required=True),
-            gpu=dict(type="dict", default={}),
-            env=dict(type="dict", default={}),
-            fail_on=FAIL_ON_OPTION,
-        ),
-        supports_check_mode=True,
-    )
+    return AnsibleModule(**MODULE_OPTIONS)
 
 
 def empty_result():

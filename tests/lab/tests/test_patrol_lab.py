@@ -1,6 +1,6 @@
 """patrol.yml against real detached jobs on the lab fleet: alive with progress, killed mid-run, a crash, a metric
 called val_error, a stale log, a full data disk, an unreachable and a hanging host, the Prometheus textfile, and
-exactly one SSH execution per host per tick."""
+exactly one SSH execution per host per tick, its probe run without AnsiballZ."""
 from __future__ import annotations
 
 import json
@@ -188,11 +188,14 @@ def test_whole_fleet_keeps_unreachable_and_hanging_hosts_in_the_table(fleet, tmp
 def test_patrol_changes_nothing_and_costs_one_ssh_execution_per_host(fleet, tmp_path):
     ssh = SshCounter(tmp_path)
     hosts = ["lab-01", "lab-03", "lab-04", "lab-05", "lab-07"]
-    proc, rows = patrol(fleet, tmp_path, "-l", ",".join(hosts), env=ssh.env)
+    proc, rows = patrol(fleet, tmp_path, "-l", ",".join(hosts), "-vvv", env=ssh.env)
     assert sorted(rows) == hosts
     recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
     assert "changed=0" in recap and not re.search(r"changed=[1-9]", recap)
     assert ssh.per_host(fleet, hosts) == dict.fromkeys(hosts, 1)
+    # the probe ran on every host without AnsiballZ (plugin_utils/direct), as the profiles' settings allow
+    assert proc.stdout.count("job_status runs without AnsiballZ") == len(hosts), proc.stdout
+    assert "job_status runs through AnsiballZ" not in proc.stdout
 
 
 def test_look_alike_job_names_are_two_jobs_with_two_tmux_sessions(fleet):

@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A probe module run without AnsiballZ: the controller side of module_utils/direct_run.
+
+Every AnsiballZ module first compiles ``ansible.module_utils.basic`` and its imports on the host, from a zip: about
+0.25 s of the host's CPU on each run, ping's whole cost. patrol runs its probe on every host at every tick, so the
+probe's action (a ``DirectAction``) sends only what the probe needs when it can:
+
+1. the task's arguments are validated here, on the controller, against the module's own argument spec (its
+   ``MODULE_OPTIONS``: the keyword arguments it gives AnsibleModule);
+2. module_utils/direct_run.py goes to the host's Python on stdin, as Ansible pipelines a module, with the module's
+   source, the module_utils it imports and the validated arguments;
+3. the one JSON document it prints is parsed as Ansible parses a module's result.
+
+The same module code runs on the host either way. It runs the usual way, AnsiballZ through ansible.builtin.normal,
+whenever Ansible would not pipeline it (pipelining off, async, a non-sh shell), when the task is delegated, when
+the host's Python is not known without discovery (no ansible_python_interpreter and no discovered one yet: every
+profile sets it), and when the arguments do not validate, so that the module reports them in its own words.
+``-vvv`` says which way each host ran, and why.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import importlib
+import json
+import os
+import re
+import zlib
+
+from ansible import constants as C
+from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError
+from ansible.executor.module_common import _get_shebang
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.display import Display
+from ansible.utils.vars import merge_hash
+
+display = Display()
+
+COLLECTION = __name__.split(".plugins.", 1)[0]  # ansible_collections.remote_gpu.trainer
+MODULE_UTILS = COLLECTION + ".plugins.module_utils"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the collection's folder
+RUNNER = MODULE_UTILS + ".direct_run"
+BASIC = "ansible.module_utils.basic"
+# what the runner stands in for besides AnsibleModule, for a module with SUBSPECS (module_utils/direct_run)
+TYPING = ("ansible.module_utils.common.arg_spec", "ansible.module_utils.errors")
+FUTURE = "from __future__ import annotations\n"
+# Right after the runner's __future__ import, before any other import: the remote user's working directory (where
+# Python looks first for a program read from stdin) is untrusted.
+CLEAN_PATH = "import sys\nsys.path[:] = [entry for entry in sys.path if entry not in ('', '.')]\n"
+
+# "from PACKAGE import NAMES" (NAMES may be parenthesised over several lines) and "import MODULE"
+IMPORT_FROM = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+)", re.M)
+
+
+class Unsupported(Exception):
+    """The module cannot run without AnsiballZ."""
+
+
+def read_source(name):
+    """The source of the collection's module ``name`` (an import name)."""
+    path = os.path.join(ROOT, *name[len(COLLECTION) + 1:].split(".")) + ".py"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Unsupported("cannot read %s: %s" % (path, exc)) from exc
+
+
+def imports(source):
+    """The import names that ``source`` imports: each ``import X``; for ``from P import a, b``, ``P.a`` and ``P.b``
+    when P is the collection's module_utils package, else ``P``."""
+    found = [match.group(1) for match in IMPORT.finditer(source)]
+    for match in IMPORT_FROM.finditer(source):
+        package, names = match.groups()
+        if package != MODULE_UTILS:
+            found.append(package)
+            continue
+        names = re.sub(r"#[^\n]*", "", names).strip("()")
+        found.extend("%s.%s" % (package, name.split()[0]) for name in names.split(",") if name.strip())
+    return found
+
+
+def module_sources(module, allowed=(BASIC,)):
+    """{import name: source} of the collection's module ``module`` (its short name) and of the module_utils it
+    imports, transitively. Unsupported when any of them imports something of ``ansible`` that is not ``allowed``
+    (the runner stands in for those only)."""
+    sources, todo = {}, [COLLECTION + ".plugins.modules." + module]
+    while todo:
+        name = todo.pop()
+        if name in sources:
+            continue
+        sources[name] = read_source(name)
+        for imported in imports(sources[name]):
+            if imported.startswith(MODULE_UTILS + "."):
+                todo.append(imported)
+            elif imported.split(".")[0] == "ansible" and imported not in allowed:
+                raise Unsupported("%s imports %s" % (name, imported))
+    return sources
+
+
+def prepare(module):
+    """What every host's run of ``module`` shares: {"options": its MODULE_OPTIONS, "subspecs": its SUBSPECS (the
+    argument specs of the dict options it types itself, if any), "runner": the runner's source with the import
+    path's cleaning, "sources": base64 of the zlib-compressed JSON of its module_sources}."""
+    head, future, rest = read_source(RUNNER).partition(FUTURE)
+    if not future:
+        raise Unsupported("%s has no line %r to put the import path's cleaning after" % (RUNNER, FUTURE.strip()))
+    code = importlib.import_module(COLLECTION + ".plugins.modules." + module)
+    subspecs = getattr(code, "SUBSPECS", {})
+    sources = module_sources(module, (BASIC,) + (TYPING if subspecs else ()))
+    return {"options": code.MODULE_OPTIONS, "subspecs": subspecs, "runner": head + future + CLEAN_PATH + rest,
+            "sources": base64.b64encode(zlib.compress(json.dumps(sources, sort_keys=True).encode("utf-8"),
+                                                      6)).decode("ascii")}
+
+
+def prepared(module):
+    """prepare(module), made once per run and kept as JSON in the run's local temporary folder, as AnsiballZ keeps
+    its zips there: the first worker makes it while the others of that moment wait on a lock, then read it."""
+    path = os.path.join(C.DEFAULT_LOCAL_TMP, "remote_gpu_direct_%s.json" % module)
+    try:
+        with open(path + ".lock", "a", encoding="utf-8") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    return json.load(handle)
+            except (OSError, ValueError):
+                shared = prepare(module)
+                with open(path + ".new", "w", encoding="utf-8") as handle:
+                    json.dump(shared, handle)
+                os.replace(path + ".new", path)
+                return json.loads(json.dumps(shared))
+    except OSError as exc:
+        display.vvv("cannot keep %s: %s" % (path, exc))
+        return json.loads(json.dumps(prepare(module)))
+
+
+def program(shared, request):
+    """The program the host's Python reads from stdin: the runner, then ``main(SOURCES, REQUEST)``."""
+    return "%s\nmain(%r, %r)\n" % (shared["runner"], shared["sources"], request)
+
+
+def host_side_spec(spec):
+    """``spec`` with type ``path`` as ``str`` (also list elements, also in suboptions): the controller checks the
+    types, and the host expands ``~`` and variables in them (direct_run.expand_paths) as the remote user."""
+    copy = {}
+    for name, option in spec.items():
+        option = dict(option)
+        for key in ("type", "elements"):
+            if option.get(key) == "path":
+                option[key] = "str"
+        if option.get("options"):
+            option["options"] = host_side_spec(option["options"])
+        copy[name] = option
+    return copy
+
+
+class DirectAction(NormalAction):
+    """The action of a probe module that runs without AnsiballZ where Ansible would pipeline it (see above).
+
+    A subclass sets ``MODULE``, the module's short name. The module defines ``MODULE_OPTIONS``: the keyword arguments
+    it gives AnsibleModule (``argument_spec``, its constraints, ``supports_check_mode``)."""
+
+    MODULE = ""
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        try:
+            shebang = self.shebang(task_vars)
+            shared = prepared(self.MODULE)
+            params, spec = self.validated_params(shared["options"], shared["subspecs"])
+            request = json.dumps({"module": COLLECTION + ".plugins.modules." + self.MODULE, "params": params,
+                                  "spec": spec, "checked": [canonical(sub) for sub in shared["subspecs"].values()],
+                                  "check_mode": bool(self._task.check_mode)})
+            text = program(shared, request)
+        except (Unsupported, ImportError, AttributeError, TypeError, ValueError) as exc:
+            display.vvv("%s runs through AnsiballZ: %s" % (self.MODULE, exc), host=self._play_context.remote_addr)
+            return super().run(tmp, task_vars)
+        result = ActionBase.run(self, tmp, task_vars)
+        display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text), shebang.lstrip("#!")),
+                    host=self._play_context.remote_addr)
+        command = self._connection._shell.build_module_command(self._compute_environment_string(), shebang, "")
+        self._used_interpreter = shebang
+        response = self._low_level_execute_command(command.strip(), sudoable=True, in_data=text.encode("utf-8"))
+        return merge_hash(result, self._parse_returned_data(response, "legacy"))
+
+    def shebang(self, task_vars):
+        """``#!`` and the host's Python, as Ansible would run the module with; Unsupported where Ansible would not
+        pipeline it, or must discover the host's Python first."""
+        if self._task.async_val:
+            raise Unsupported("async")
+        if self._task.delegate_to:
+            raise Unsupported("a delegated task")
+        if not self._is_pipelining_enabled("new"):
+            raise Unsupported("pipelining is off")
+        if getattr(self._connection._shell, "SHELL_FAMILY", None) != "sh":
+            raise Unsupported("not an sh-family shell")
+        try:
+            shebang, _interpreter = _get_shebang("/usr/bin/python", task_vars, self._templar,
+                                                 remote_is_local=bool(getattr(self._connection, "_remote_is_local",
+                                                                              False)))
+        except InterpreterDiscoveryRequiredError:
+            raise Unsupported("the host's Python is discovered first (set ansible_python_interpreter to skip that)")
+        return shebang
+
+    def validated_params(self, options, subspecs):
+        """(the task's arguments checked against the module's ``options`` (its MODULE_OPTIONS) with their defaults,
+        each dict option of ``subspecs`` checked against its spec too; the argument spec with those as suboptions,
+        for the host to expand paths). Unsupported when they do not validate, or validate with a warning, so that
+        the module reports that itself."""
+        options = dict(options)
+        options.pop("supports_check_mode", None)
+        spec = options.pop("argument_spec")
+        params = checked(spec, dict(self._task.args), **options)
+        for name, subspec in subspecs.items():
+            params[name] = checked(subspec, params[name] or {})
+        return params, dict((name, dict(option, options=subspecs[name]) if name in subspecs else option)
+                            for name, option in spec.items())
+
+
+def checked(spec, values, **constraints):
+    """``values`` validated against ``spec`` (path types left to the host) with its defaults; Unsupported when they
+    do not validate, or validate with a warning, or ``spec`` has a no_log option."""
+    if any(option.get("no_log") for option in spec.values()):
+        raise Unsupported("an option is no_log")
+    result = ArgumentSpecValidator(host_side_spec(spec), **constraints).validate(values)
+    if result.error_messages or result._warnings or result._deprecations:
+        raise Unsupported("the arguments do not validate as they are: the module reports why")
+    return result.validated_parameters
+
+
+def canonical(spec):
+    """The same text as module_utils/direct_run.canonical gives the same spec on the host."""
+    return json.dumps(spec, sort_keys=True)

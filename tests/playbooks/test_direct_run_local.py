@@ -1,0 +1,119 @@
+"""job_status and preflight_probe through their actions on localhost: without AnsiballZ where Ansible pipelines
+them, through AnsiballZ otherwise, with the same result either way (plugin_utils/direct). The job is a real
+detached job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pbhelpers import REPO, VENV_BIN, ansible_env
+
+LOCAL_INVENTORY = REPO / "inventories" / "local" / "hosts.yml"
+
+DIRECT = "job_status runs without AnsiballZ"
+ANSIBALLZ = "job_status runs through AnsiballZ: "
+# what changes between two probes a moment apart: the disks' counters, the log's age
+VOLATILE = ("bytes_free", "bytes_used", "inodes_free", "inodes_used", "bytes_pct", "inodes_pct", "log_age_seconds")
+
+
+def adhoc(inventory, module, args, *options, pipelining=True):
+    """(rc, result, -vvv output) of one ad-hoc run of ``module`` on localhost."""
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(inventory), "localhost", "-vvv", "-o",
+                           "-m", module, "-a", json.dumps(args), *options], capture_output=True, text=True,
+                          env=ansible_env(ANSIBLE_PIPELINING="1" if pipelining else "0"), timeout=120, check=False)
+    line = next((line for line in proc.stdout.splitlines() if line.startswith("localhost | ")), "")
+    assert " => " in line, proc.stdout + proc.stderr
+    return proc.returncode, json.loads(line.split(" => ", 1)[1]), proc.stdout
+
+
+def stable(value):
+    """``value`` without the keys that change from one probe to the next, nor the module's invocation echo."""
+    if isinstance(value, dict):
+        return {key: stable(item) for key, item in value.items() if key not in VOLATILE + ("invocation",)}
+    if isinstance(value, list):
+        return [stable(item) for item in value]
+    return value
+
+
+def codes(check):
+    return [finding["code"] for finding in check["findings"]]
+
+
+@pytest.fixture(scope="module")
+def finished_job(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("direct") / "jobs"
+    command = ('mkdir -p "$TRAINER_ITEMS_DIR/001" && echo \'{"item": "001", "exit_code": 0}\' > '
+               '"$TRAINER_ITEMS_DIR/001/status.json"; echo "epoch 1"; echo "epoch 2"')
+    args = {"name": "train", "run_dir": str(run_dir), "command": command, "detach": "nohup"}
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(LOCAL_INVENTORY), "localhost", "-m",
+                           "remote_gpu.trainer.detached_job", "-a", json.dumps(args)],
+                          capture_output=True, text=True, env=ansible_env(), timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    deadline = time.monotonic() + 20
+    while not (run_dir / "train" / "status.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return run_dir
+
+
+def probe_args(run_dir, **extra):
+    return dict({"name": "train", "queue_length": 1, "run_dir": str(run_dir), "paths": [str(run_dir), "~"],
+                 "fail_on": "never"}, **extra)
+
+
+def test_both_ways_give_the_same_result(local_inventory, finished_job):
+    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.job_status", probe_args(finished_job))
+    assert rc == 0 and DIRECT in out, out
+    rc, zipped, out = adhoc(local_inventory, "remote_gpu.trainer.job_status", probe_args(finished_job),
+                            pipelining=False)
+    assert rc == 0 and ANSIBALLZ + "pipelining is off" in out, out
+    assert stable(direct) == stable(zipped)
+    assert direct["jobs"][0]["final_status"] is not None and direct["jobs"][0]["items_done"] == 1
+    assert direct["paths"][1]["path"] not in ("~", "") and not direct["paths"][1]["path"].startswith("~")
+
+
+def test_check_mode_runs_without_ansiballz_too(local_inventory, finished_job):
+    rc, result, out = adhoc(local_inventory, "remote_gpu.trainer.job_status", probe_args(finished_job), "--check")
+    assert rc == 0 and DIRECT in out and result["jobs"][0]["items_done"] == 1, out
+
+
+def test_arguments_that_do_not_validate_are_reported_by_the_module_itself(local_inventory, finished_job):
+    bad = probe_args(finished_job, jobs=[{"name": "other"}], stale_minutes="soon")
+    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.job_status", bad)
+    assert rc != 0 and ANSIBALLZ + "the arguments do not validate" in out, out
+    rc, zipped, _out = adhoc(local_inventory, "remote_gpu.trainer.job_status", bad, pipelining=False)
+    assert direct["msg"] == zipped["msg"] and "mutually exclusive" in direct["msg"]
+
+
+def test_a_host_whose_python_is_not_known_yet_is_discovered_through_ansiballz(tmp_path, finished_job):
+    inventory = tmp_path / "hosts.yml"
+    # no ansible_python_interpreter: discovery, here limited to this Python (a machine may have broken shims)
+    inventory.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                         "      ansible_interpreter_python_fallback: [%s]\n" % json.dumps(sys.executable))
+    rc, result, out = adhoc(inventory, "remote_gpu.trainer.job_status", probe_args(finished_job))
+    assert rc == 0 and ANSIBALLZ + "the host's Python is discovered first" in out, out
+    assert result["jobs"][0]["items_done"] == 1
+
+
+def test_preflight_probe_both_ways_gives_the_same_checks(local_inventory, tmp_path):
+    args = {"storage": {"paths": [str(tmp_path), "~"], "budgets": [{"path": "~", "bytes": "1024", "label": "x"}]},
+            "gpu": {"sample_seconds": 0}, "env": {"torch": False}, "fail_on": "never"}
+    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args)
+    assert rc == 0 and "preflight_probe runs without AnsiballZ" in out, out
+    rc, zipped, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args, pipelining=False)
+    assert rc == 0 and "preflight_probe runs through AnsiballZ: pipelining is off" in out, out
+    assert stable(direct["inode_check"]) == stable(zipped["inode_check"])
+    assert direct["inode_check"]["paths"][1]["path"] == zipped["inode_check"]["paths"][1]["path"] != "~"
+    assert codes(direct["gpu_health"]) == codes(zipped["gpu_health"])
+    assert direct["env_audit"]["status"] == zipped["env_audit"]["status"] and direct["status"] == zipped["status"]
+
+
+def test_preflight_probe_arguments_that_do_not_validate_are_reported_by_the_module_itself(local_inventory):
+    args = {"storage": {"paths": ["/tmp"], "warn_pct": "many"}, "fail_on": "never"}
+    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args)
+    assert rc != 0 and "preflight_probe runs through AnsiballZ: the arguments do not validate" in out, out
+    assert direct["msg"].startswith("storage: ")

@@ -1,0 +1,175 @@
+"""A probe module run without AnsiballZ: the controller's payload (plugin_utils/direct) and the host's runner
+(module_utils/direct_run), run for real in a child Python that reads the program from stdin, as a host's does."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import zipfile
+import zlib
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import direct
+
+REPO = pathlib.Path(__file__).resolve().parents[4]
+VENV_BIN = pathlib.Path(sys.executable).parent
+MODULES = direct.COLLECTION + ".plugins.modules."
+
+
+def run_program(text, cwd, env=None):
+    """(exit code, the one JSON document printed) of ``text`` run as a host's Python runs it: from stdin."""
+    proc = subprocess.run([sys.executable], input=text, capture_output=True, text=True, cwd=str(cwd),
+                          env=dict(os.environ, **(env or {})), timeout=60, check=False)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    return proc.returncode, json.loads(lines[0])
+
+
+def request(module, params, spec=None, check_mode=False, checked=()):
+    return json.dumps({"module": MODULES + module, "params": params, "spec": spec or {}, "checked": list(checked),
+                       "check_mode": check_mode})
+
+
+def shared_with(sources):
+    """prepare()'s shape for hand-made module sources (the runner is the real one)."""
+    head, future, rest = direct.read_source(direct.RUNNER).partition(direct.FUTURE)
+    packed = base64.b64encode(zlib.compress(json.dumps(sources).encode())).decode()
+    return {"runner": head + future + direct.CLEAN_PATH + rest, "sources": packed}
+
+
+def ansiballz_files(module):
+    """The collection's files inside the AnsiballZ payload that Ansible really builds for ``module``."""
+    tmp = pathlib.Path(os.environ.get("TMPDIR", "/tmp"))
+    keep = tmp / ("ansiballz-%d" % os.getpid())
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_KEEP_REMOTE_FILES="1",
+               ANSIBLE_REMOTE_TMP=str(keep), ANSIBLE_PIPELINING="0")
+    subprocess.run([str(VENV_BIN / "ansible"), "localhost", "-c", "local", "-m", "remote_gpu.trainer." + module,
+                    "-a", json.dumps({"name": "train"})], env=env, capture_output=True, check=False, timeout=120)
+    try:
+        text = next(keep.glob("*/AnsiballZ_%s.py" % module)).read_text()
+    finally:
+        subprocess.run(["rm", "-rf", str(keep)], check=False)
+    data = re.search(r"zip_data='([^']*)'", text) or re.search(r'ZIPDATA = """(.*?)"""', text, re.S)
+    archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(data.group(1))))
+    return {info.filename[:-3].replace("/", ".") for info in archive.infolist()
+            if "/remote_gpu/" in info.filename and info.file_size and not info.filename.endswith("__init__.py")}
+
+
+@pytest.mark.parametrize("module, allowed", [("job_status", (direct.BASIC,)),
+                                             ("preflight_probe", (direct.BASIC,) + direct.TYPING)])
+def test_the_sources_sent_are_those_ansiballz_would_send(module, allowed):
+    assert set(direct.module_sources(module, allowed)) == ansiballz_files(module)
+
+
+def test_a_module_that_needs_more_of_ansible_than_the_runner_stands_in_for_is_refused():
+    # preflight_probe types its checks' suboptions itself: allowed only with its SUBSPECS (prepare)
+    with pytest.raises(direct.Unsupported, match=r"preflight_probe imports ansible\.module_utils\.common\.arg_spec"):
+        direct.module_sources("preflight_probe")
+    assert set(direct.prepare("preflight_probe")["subspecs"]) == {"storage", "gpu", "env"}
+
+
+def test_imports_reads_plain_aliased_and_parenthesised_imports():
+    source = ("import os\nimport json as j\nfrom ansible.module_utils.basic import AnsibleModule\n"
+              "from %s import (\n    cgroup,  # the OOM counters\n    jobs as j2,\n)\n"
+              "from %s.findings import worst\n" % (direct.MODULE_UTILS, direct.MODULE_UTILS))
+    assert direct.imports(source) == ["os", "json", "ansible.module_utils.basic", direct.MODULE_UTILS + ".cgroup",
+                                      direct.MODULE_UTILS + ".jobs", direct.MODULE_UTILS + ".findings"]
+
+
+def test_host_side_spec_leaves_paths_to_the_host_and_the_spec_untouched():
+    spec = {"log_path": {"type": "path"}, "paths": {"type": "list", "elements": "path"},
+            "jobs": {"type": "list", "elements": "dict", "options": {"log_path": {"type": "path"}}}}
+    original = json.dumps(spec, sort_keys=True)
+    host = direct.host_side_spec(spec)
+    assert host["log_path"]["type"] == "str" and host["paths"]["elements"] == "str"
+    assert host["jobs"]["options"]["log_path"]["type"] == "str"
+    assert json.dumps(spec, sort_keys=True) == original
+
+
+def test_job_status_runs_from_stdin_and_expands_paths_as_the_remote_user(tmp_path):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    shared = direct.prepare("job_status")
+    params = {"name": "train", "log_path": None, "queue_length": 0, "jobs": None, "run_dir": str(tmp_path / "jobs"),
+              "progress_regex": None, "stale_minutes": 30, "tail_lines": 20, "scan_timeout": 30,
+              "paths": ["~/data"], "warn_pct": 85, "fail_pct": 95, "gpu": False, "timeout": 15, "kernel_log": "auto",
+              "cgroup_root": "/sys/fs/cgroup", "fail_on": "never"}
+    params["progress_regex"] = shared["options"]["argument_spec"]["progress_regex"]["default"]
+    code, result = run_program(direct.program(shared, request("job_status", params,
+                                                              shared["options"]["argument_spec"])),
+                               tmp_path, {"HOME": str(home)})
+    assert code == 0, result
+    assert result["paths"][0]["path"] == str(home / "data")
+    assert [f["code"] for f in result["findings"]] == ["job_missing"]
+    assert result["jobs"][0]["job_dir"] == str(tmp_path / "jobs" / "train")
+
+
+def test_a_json_module_in_the_remote_working_directory_is_never_imported(tmp_path):
+    (tmp_path / "json.py").write_text("raise SystemExit('the working directory was on the import path')\n")
+    (tmp_path / "zlib.py").write_text("raise SystemExit('the working directory was on the import path')\n")
+    sources = {MODULES + "hello": "from ansible.module_utils.basic import AnsibleModule\n"
+                                  "AnsibleModule(argument_spec={}).exit_json(changed=False, said='hello')\n"}
+    code, result = run_program(direct.program(shared_with(sources), request("hello", {})), tmp_path)
+    assert (code, result) == (0, {"changed": False, "said": "hello"})
+
+
+def test_a_bug_in_the_module_is_a_failed_result_with_the_exception_apart(tmp_path):
+    sources = {MODULES + "boom": "def main():\n    {}['missing']\n\nmain()\n"}
+    code, result = run_program(direct.program(shared_with(sources), request("boom", {})), tmp_path)
+    assert code == 1 and result["failed"]
+    assert result["msg"].startswith("boom stopped on an unexpected KeyError: 'missing' (a bug")
+    assert "Traceback" not in result["msg"] and "KeyError" in result["exception"]
+
+
+def test_ansiblemodule_stand_in_fails_exits_and_finds_binaries_as_ansiblemodule_does(tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "tool").write_text("#!/bin/sh\necho \"$LC_ALL $EXTRA\"; cat\n")
+    (tools / "tool").chmod(0o755)
+    (tools / "plain").write_text("not executable\n")
+    body = ("from ansible.module_utils.basic import AnsibleModule\n"
+            "m = AnsibleModule(argument_spec={}, supports_check_mode=True)\n"
+            "m.run_command_environ_update = {'LC_ALL': 'C'}\n"
+            "rc, out, err = m.run_command([m.get_bin_path('tool'), 'x'], environ_update={'EXTRA': 'e'})\n"
+            "if m.get_bin_path('plain') or m.get_bin_path('absent'):\n    m.fail_json(msg='found too much')\n"
+            "if m.params['required']:\n    m.get_bin_path('absent', required=True)\n"
+            "m.exit_json(rc=rc, out=out, check_mode=m.check_mode)\n")
+    shared = shared_with({MODULES + "tools": body})
+    env = {"PATH": "%s:%s" % (tools, os.environ["PATH"])}
+    code, result = run_program(direct.program(shared, request("tools", {"required": False}, check_mode=True)),
+                               tmp_path, env)
+    # stdin of a command is /dev/null: the program's own stdin is not handed on
+    assert (code, result) == (0, {"rc": 0, "out": "C e\n", "check_mode": True})
+    code, result = run_program(direct.program(shared, request("tools", {"required": True})), tmp_path, env)
+    assert code == 1 and result["failed"] and result["msg"].startswith('Failed to find required executable "absent"')
+
+
+def test_a_module_without_check_mode_support_is_skipped_in_check_mode(tmp_path):
+    body = ("from ansible.module_utils.basic import AnsibleModule\n"
+            "AnsibleModule(argument_spec={}).exit_json(changed=True)\n")
+    code, result = run_program(direct.program(shared_with({MODULES + "writer": body}),
+                                              request("writer", {}, check_mode=True)), tmp_path)
+    assert code == 0 and result["skipped"] and "check mode" in result["msg"]
+
+
+def test_a_module_typing_a_spec_the_controller_did_not_check_stops_and_says_so(tmp_path):
+    spec = {"count": {"type": "int", "default": 1}}
+    body = ("from ansible.module_utils.basic import AnsibleModule\n"
+            "from ansible.module_utils.common.arg_spec import ArgumentSpecValidator\n"
+            "m = AnsibleModule(argument_spec={})\n"
+            "checked = ArgumentSpecValidator(%r).validate(m.params['section'])\n"
+            "m.exit_json(section=checked.validated_parameters, errors=checked.errors.errors)\n" % spec)
+    shared = shared_with({MODULES + "typed": body})
+    typed = {"section": {"count": 3}}
+    code, result = run_program(direct.program(shared, request("typed", typed, checked=[direct.canonical(spec)])),
+                               tmp_path)
+    assert (code, result) == (0, {"section": {"count": 3}, "errors": []})
+    code, result = run_program(direct.program(shared, request("typed", typed)), tmp_path)
+    assert code == 1 and "ArgumentSpecValidator on a spec the controller did not check" in result["msg"]
