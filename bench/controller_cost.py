@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from lab_common import (REPO, ansiballz_payload, arguments, box_cpu, box_work, close_masters,  # noqa: E402
-                        cpu_timed_with_boxes, idle_rate, lab_fleet, NO_BOX_METER)
+                        cpu_timed_with_boxes, direct_payload, idle_rate, lab_fleet, NO_BOX_METER)
 from patrol_vs_ssh import QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
 
 PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
@@ -111,6 +111,10 @@ def main():
             module, payload["bytes"], sum(payload["ours"].values()), len(payload["ours"]),
             (": " + ", ".join("%s %d" % item for item in sorted(payload["ours"].items(), key=lambda i: -i[1])[:5]))
             if payload["ours"] else ""))
+    sent = direct_payload("remote_gpu.trainer.job_status", {"name": "train", "paths": ["/tmp"], "gpu": True})
+    print("  remote_gpu.trainer.job_status, as patrol sends it: %s" % (
+        "%d bytes without AnsiballZ (plugin_utils/direct: the runner, the sources above compressed, the arguments)"
+        % sent if sent else "through AnsiballZ (the direct run did not apply on localhost)"))
     return 0
 
 

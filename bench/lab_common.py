@@ -160,6 +160,19 @@ def ansiballz_payload(module, args=""):
     return {"bytes": len(text.encode()), "ours": ours}
 
 
+def direct_payload(module, args):
+    """The bytes a probe module's action sends a host when it runs the module without AnsiballZ (plugin_utils/direct:
+    the runner, the module's sources compressed, the arguments), from its ``-vvv`` line on localhost with
+    pipelining; None when it ran through AnsiballZ there."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_PIPELINING="1",
+               ANSIBLE_DEPRECATION_WARNINGS="0")
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(REPO / "inventories" / "local" / "hosts.yml"),
+                           "localhost", "-vvv", "-m", module, "-a", json.dumps(args)], env=env,
+                          capture_output=True, text=True, check=False)
+    found = re.search(r"runs without AnsiballZ \((\d+) bytes", proc.stdout)
+    return int(found.group(1)) if found else None
+
+
 CPUACCT = pathlib.Path("/sys/fs/cgroup/cpuacct")
 NO_BOX_METER = "not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)"
 

@@ -130,9 +130,10 @@ def main():
         if None not in boxes["ping"]:
             box = dict((side, box_work(boxes[side], times[side], idle) / len(addresses)) for side in sides)
             extra = (box["preflight"] - box["ping"]) * len(addresses)
-            print("  the boxes' own CPU per host: seed %.3f s, ping %.3f s, preflight %.3f s; preflight's %.1f CPU s"
-                  " beyond ping's ran on this machine's %d cores (on a real fleet, on the boxes')" % (
-                      box["seed"], box["ping"], box["preflight"], extra, os.cpu_count() or 1))
+            print("  the boxes' own CPU per host: seed %.3f s, ping %.3f s, preflight %.3f s; preflight's boxes used"
+                  " %.1f CPU s %s than ping's, on this machine's %d cores (on a real fleet, on the boxes')" % (
+                      box["seed"], box["ping"], box["preflight"], abs(extra), "more" if extra > 0 else "less",
+                      os.cpu_count() or 1))
         else:
             print("  the boxes' own CPU: " + NO_BOX_METER)
         print("  preflight also checks every GPU, storage tiers and inodes, the environment, and writes a report;")
