@@ -12,7 +12,8 @@ bench/patrol_vs_ssh.py). Runs are interleaved.
 Prints, per fleet size: the median wall and CPU of each play and the CPU per host; the ratio of patrol's CPU per
 host to the ping floor's (issue 15's target: at most 1.2); a projection from a straight-line fit of CPU against
 hosts (fixed start-up cost plus a cost per host) of how many hosts one controller core can patrol within a
-five-minute cadence; and the AnsiballZ payload of each probe module, with the collection's own files in it.
+five-minute cadence; the AnsiballZ payload of each probe module, with the collection's own files in it, and what
+the probes send instead when they run without AnsiballZ (plugin_utils/direct), as patrol and preflight run them.
 Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default addresses.
 """
 
@@ -27,9 +28,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from lab_common import (REPO, ansiballz_payload, arguments, box_cpu, box_work, close_masters,  # noqa: E402
                         cpu_timed_with_boxes, direct_payload, idle_rate, lab_fleet, NO_BOX_METER)
-from patrol_vs_ssh import QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
+from patrol_vs_ssh import PING, QUEUE_LENGTH, run_patrol, start_jobs  # noqa: E402
 
-PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 CADENCE = 300.0
 PROBES = ("remote_gpu.trainer.job_status", "remote_gpu.trainer.preflight_probe", "ansible.builtin.ping")
 
@@ -111,10 +111,12 @@ def main():
             module, payload["bytes"], sum(payload["ours"].values()), len(payload["ours"]),
             (": " + ", ".join("%s %d" % item for item in sorted(payload["ours"].items(), key=lambda i: -i[1])[:5]))
             if payload["ours"] else ""))
-    sent = direct_payload("remote_gpu.trainer.job_status", {"name": "train", "paths": ["/tmp"], "gpu": True})
-    print("  remote_gpu.trainer.job_status, as patrol sends it: %s" % (
-        "%d bytes without AnsiballZ (plugin_utils/direct: the runner, the sources above compressed, the arguments)"
-        % sent if sent else "through AnsiballZ (the direct run did not apply on localhost)"))
+    print("What the probes send instead, without AnsiballZ (plugin_utils/direct: the runner, the sources above"
+          " compressed, the arguments):")
+    for module, probe_args in (("remote_gpu.trainer.job_status", {"name": "train", "paths": ["/tmp"], "gpu": True}),
+                               ("remote_gpu.trainer.preflight_probe", {"storage": {"paths": ["/tmp"]}})):
+        sent = direct_payload(module, probe_args)
+        print("  %-38s %s" % (module, "%7d" % sent if sent else "through AnsiballZ (the direct run did not apply)"))
     return 0
 
 

@@ -10,6 +10,7 @@ tick from cron every few minutes does.
 
 Prints the median wall ratio (target <= 1.5) and the SSH executions per host of each (target for patrol: exactly
 1; the tick validates the profiles first, as it does by default), the same tick with -e patrol_profile_check=false,
+the ratio of the tick to Ansible's floor (a ping play on every host, interleaved too; target <= 1.15),
 then where patrol's time goes: Ansible's start-up, Ansible's own floor (a ping play on every host: what any playbook
 costs before it does anything), the profile validation play, and the tick. On this one machine the controller
 and all 32 "remote" hosts share its cores. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the
@@ -37,6 +38,7 @@ JOB = ('for i in 001 002 003; do mkdir -p "$TRAINER_ITEMS_DIR/$i" && printf \'{"
        '"$i" > "$TRAINER_ITEMS_DIR/$i/status.json"; done; '
        'for i in $(seq 1 1000000); do echo "epoch $i loss 0.5"; sleep 1; done')
 QUEUE_LENGTH = 7
+PING = "- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 
 
 def seed_probe():
@@ -95,8 +97,7 @@ def profile_parts(inventory, state, tmp, repeat):
                        "    - name: Validate\n      ansible.builtin.import_role:\n"
                        "        name: remote_gpu.trainer.profile\n        rolespec_validate: false\n")
     ping = tmp / "ping.yml"
-    ping.write_text("- name: Ping\n  hosts: all\n  gather_facts: false\n  tasks:\n"
-                    "    - name: Ping\n      ansible.builtin.ping:\n")
+    ping.write_text(PING)
     parts = {"ansible-playbook start-up (empty local play)": empty,
              "Ansible's floor: ansible.builtin.ping on every host": ping,
              "the profile validation play alone": profile,
@@ -120,7 +121,9 @@ def main():
         addresses = fleet_addresses(inventory)
         start_jobs(inventory)
         seed_times, ours_times, seed_counts, ours_counts, codes, rcs = [], [], [], [], set(), set()
-        checked_times = []
+        checked_times, ping_times = [], []
+        ping_play = tmp / "ping.yml"
+        ping_play.write_text(PING)
         for round_no in range(args.repeat):  # interleaved, so both see the same machine state
             seed_dir, ours_dir = round_dirs(tmp, round_no)
             wrapper, log = counting_ssh(seed_dir)
@@ -139,6 +142,9 @@ def main():
                                                         "-e", "patrol_profile_check=false"))
             checked_times.append(seconds)
             close_masters(state)
+            seconds, _result = timed(lambda: run_patrol(inventory, None, tmp / "ping.json", ping_play))
+            ping_times.append(seconds)
+            close_masters(state)
         rows = json.loads((tmp / "patrol.json").read_text())["hosts"]
         seed_s, ours_s = statistics.median(seed_times), statistics.median(ours_times)
         seed_per_host = sorted({n for counts in seed_counts for n in [counts.get(a, 0) for a in addresses]})
@@ -151,11 +157,14 @@ def main():
         print("  ratio patrol/raw                       %.2f  (target <= 1.5)" % (ours_s / seed_s))
         checked_s = statistics.median(checked_times)
         print("  patrol.yml -e patrol_profile_check=false %.2f s, ratio %.2f" % (checked_s, checked_s / seed_s))
+        ping_s = statistics.median(ping_times)
+        print("  Ansible's floor, a ping play           %.2f s; ratio patrol/ping floor %.2f (target <= 1.15)" % (
+            ping_s, ours_s / ping_s))
         print("  ssh executions per host per tick: raw %s, patrol %s (target exactly 1)" % (
             seed_per_host, ours_per_host))
-        print("  all runs: raw %s s, patrol %s s, without the profile check %s s" % (
+        print("  all runs: raw %s s, patrol %s s, without the profile check %s s, ping %s s" % (
             " ".join("%.2f" % t for t in seed_times), " ".join("%.2f" % t for t in ours_times),
-            " ".join("%.2f" % t for t in checked_times)))
+            " ".join("%.2f" % t for t in checked_times), " ".join("%.2f" % t for t in ping_times)))
         print("  an example line: %s" % rows[0]["line"])
         if not args.no_profile:
             print("where patrol's time goes (median of %d, each measured alone):" % args.repeat)
