@@ -83,11 +83,12 @@ class DirectModule(object):
             self.exit_json(skipped=True, msg="remote module does not support check mode")
 
     def get_bin_path(self, arg, required=False, opt_dirs=None):
-        """The path of executable ``arg`` in ``opt_dirs``, PATH, then the sbin directories; None when absent."""
+        """The path of executable ``arg`` (an execute bit set) in ``opt_dirs``, PATH, then the sbin directories; None
+        when absent."""
         dirs = list(opt_dirs or []) + os.environ.get("PATH", "").split(os.pathsep) + list(SBIN_DIRS)
         for directory in dirs:
             path = os.path.join(directory, arg)
-            if directory and os.path.exists(path) and not os.path.isdir(path) and os.access(path, os.X_OK):
+            if directory and os.path.exists(path) and not os.path.isdir(path) and os.stat(path).st_mode & 0o111:
                 return path
         if required:
             self.fail_json(msg="Failed to find required executable \"%s\" in paths: %s" % (arg, os.pathsep.join(dirs)))
