@@ -88,16 +88,15 @@ def run_patrol(inventory, wrapper, report, playbook=None, *extra):
     return proc.returncode, proc.stdout
 
 
-def profile_parts(inventory, state, tmp, repeat):
-    """Median seconds of: ansible-playbook on an empty local play, the profile play alone, the whole tick."""
+def profile_parts(inventory, state, tmp, ping, repeat):
+    """Median seconds of: ansible-playbook on an empty local play, the ping play ``ping``, the profile play alone,
+    the whole tick."""
     empty = tmp / "empty.yml"
     empty.write_text("- name: Nothing\n  hosts: localhost\n  gather_facts: false\n  tasks: []\n")
     profile = tmp / "profile_only.yml"
     profile.write_text("- name: Profile only\n  hosts: all\n  gather_facts: false\n  tasks:\n"
                        "    - name: Validate\n      ansible.builtin.import_role:\n"
                        "        name: remote_gpu.trainer.profile\n        rolespec_validate: false\n")
-    ping = tmp / "ping.yml"
-    ping.write_text(PING)
     parts = {"ansible-playbook start-up (empty local play)": empty,
              "Ansible's floor: ansible.builtin.ping on every host": ping,
              "the profile validation play alone": profile,
@@ -168,7 +167,7 @@ def main():
         print("  an example line: %s" % rows[0]["line"])
         if not args.no_profile:
             print("where patrol's time goes (median of %d, each measured alone):" % args.repeat)
-            for label, seconds in profile_parts(inventory, state, tmp, args.repeat).items():
+            for label, seconds in profile_parts(inventory, state, tmp, ping_play, args.repeat).items():
                 print("  %-52s %.2f s" % (label, seconds))
         return 0 if ours_per_host == [1] else 1
 

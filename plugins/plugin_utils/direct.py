@@ -105,19 +105,28 @@ def module_sources(module, allowed=(BASIC,)):
     return sources
 
 
-def prepare(module):
-    """What every host's run of ``module`` shares: {"options": its MODULE_OPTIONS, "subspecs": its SUBSPECS (the
-    argument specs of the dict options it types itself, if any), "runner": the runner's source with the import
-    path's cleaning, "sources": base64 of the zlib-compressed JSON of its module_sources}."""
+def runner_source():
+    """module_utils/direct_run.py with the import path's cleaning right after its __future__ import."""
     head, future, rest = read_source(RUNNER).partition(FUTURE)
     if not future:
         raise Unsupported("%s has no line %r to put the import path's cleaning after" % (RUNNER, FUTURE.strip()))
+    return head + future + CLEAN_PATH + rest
+
+
+def pack(sources):
+    """{import name: source} as base64 of zlib-compressed JSON, as direct_run.main reads it."""
+    return base64.b64encode(zlib.compress(json.dumps(sources, sort_keys=True).encode("utf-8"), 6)).decode("ascii")
+
+
+def prepare(module):
+    """What every host's run of ``module`` shares, as JSON gives it back (tuples as lists, as every worker reads it
+    from the cache): {"options": its MODULE_OPTIONS, "subspecs": its SUBSPECS (the argument specs of the dict
+    options it types itself, if any), "runner": runner_source(), "sources": its module_sources, packed}."""
     code = importlib.import_module(COLLECTION + ".plugins.modules." + module)
     subspecs = getattr(code, "SUBSPECS", {})
     sources = module_sources(module, (BASIC,) + (TYPING if subspecs else ()))
-    return {"options": code.MODULE_OPTIONS, "subspecs": subspecs, "runner": head + future + CLEAN_PATH + rest,
-            "sources": base64.b64encode(zlib.compress(json.dumps(sources, sort_keys=True).encode("utf-8"),
-                                                      6)).decode("ascii")}
+    return json.loads(json.dumps({"options": code.MODULE_OPTIONS, "subspecs": subspecs, "runner": runner_source(),
+                                  "sources": pack(sources)}))
 
 
 def prepared(module):
@@ -135,10 +144,10 @@ def prepared(module):
                 with open(path + ".new", "w", encoding="utf-8") as handle:
                     json.dump(shared, handle)
                 os.replace(path + ".new", path)
-                return json.loads(json.dumps(shared))
+                return shared
     except OSError as exc:
         display.vvv("cannot keep %s: %s" % (path, exc))
-        return json.loads(json.dumps(prepare(module)))
+        return prepare(module)
 
 
 def program(shared, request):

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from pbhelpers import REPO
+from pbhelpers import LOCAL_INVENTORY, REPO
 
 
 @pytest.fixture
@@ -19,4 +19,4 @@ def playbook_copy(tmp_path):
 
 @pytest.fixture
 def local_inventory():
-    return REPO / "inventories" / "local" / "hosts.yml"
+    return LOCAL_INVENTORY

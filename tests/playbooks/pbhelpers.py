@@ -9,6 +9,8 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
+# this machine, with the local profile
+LOCAL_INVENTORY = REPO / "inventories" / "local" / "hosts.yml"
 
 
 def ansible_env(**extra):

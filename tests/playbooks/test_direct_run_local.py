@@ -11,9 +11,7 @@ import time
 
 import pytest
 
-from pbhelpers import REPO, VENV_BIN, ansible_env
-
-LOCAL_INVENTORY = REPO / "inventories" / "local" / "hosts.yml"
+from pbhelpers import LOCAL_INVENTORY, VENV_BIN, ansible_env
 
 DIRECT = "job_status runs without AnsiballZ"
 ANSIBALLZ = "job_status runs through AnsiballZ: "

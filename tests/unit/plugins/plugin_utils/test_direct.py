@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import zipfile
-import zlib
 
 import pytest
 
@@ -39,9 +38,7 @@ def request(module, params, spec=None, check_mode=False, checked=()):
 
 def shared_with(sources):
     """prepare()'s shape for hand-made module sources (the runner is the real one)."""
-    head, future, rest = direct.read_source(direct.RUNNER).partition(direct.FUTURE)
-    packed = base64.b64encode(zlib.compress(json.dumps(sources).encode())).decode()
-    return {"runner": head + future + direct.CLEAN_PATH + rest, "sources": packed}
+    return {"runner": direct.runner_source(), "sources": direct.pack(sources)}
 
 
 def ansiballz_files(module):
