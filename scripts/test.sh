@@ -62,8 +62,7 @@ CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_provider_inventory.py tests/playbook
 # The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it
 # runs in the molecule lane, before the scenarios, never beside them.
 TIMER_TESTS=(tests/playbooks/test_autopilot_timer.py)
-# The second lab lane. The tests/playbooks files come first: test modules import helpers with `from conftest
-# import ...`, which finds the conftest.py that pytest loaded last, and the lab tests need tests/lab/tests' own.
+# The second lab lane (any order: test modules import their helpers by name, never from a conftest.py).
 LAB2_TESTS=(tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_notify.py
   tests/playbooks/test_patrol_local.py tests/playbooks/test_credentials_local.py
   tests/playbooks/test_preflight_local.py tests/playbooks/test_inode_check_real.py

@@ -19,20 +19,23 @@ ANSIBALLZ = "job_status runs through AnsiballZ: "
 VOLATILE = ("bytes_free", "bytes_used", "inodes_free", "inodes_used", "bytes_pct", "inodes_pct", "log_age_seconds")
 
 
-def adhoc(inventory, module, args, *options, pipelining=True):
+def adhoc(inventory, module, args, *options, pipelining=True, **env):
     """(rc, result, -vvv output) of one ad-hoc run of ``module`` on localhost."""
     proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(inventory), "localhost", "-vvv", "-o",
                            "-m", module, "-a", json.dumps(args), *options], capture_output=True, text=True,
-                          env=ansible_env(ANSIBLE_PIPELINING="1" if pipelining else "0"), timeout=120, check=False)
+                          env=ansible_env(ANSIBLE_PIPELINING="1" if pipelining else "0", **env), timeout=120,
+                          check=False)
     line = next((line for line in proc.stdout.splitlines() if line.startswith("localhost | ")), "")
     assert " => " in line, proc.stdout + proc.stderr
     return proc.returncode, json.loads(line.split(" => ", 1)[1]), proc.stdout
 
 
 def stable(value):
-    """``value`` without the keys that change from one probe to the next, nor the module's invocation echo."""
+    """``value`` without the keys that change from one probe to the next, nor the module's invocation echo, nor
+    the findings' messages (they quote the disks' counters)."""
     if isinstance(value, dict):
-        return {key: stable(item) for key, item in value.items() if key not in VOLATILE + ("invocation",)}
+        return {key: stable(item) for key, item in value.items()
+                if key not in VOLATILE + ("invocation",) and not (key == "message" and "code" in value)}
     if isinstance(value, list):
         return [stable(item) for item in value]
     return value
@@ -98,14 +101,23 @@ def test_a_host_whose_python_is_not_known_yet_is_discovered_through_ansiballz(tm
 
 
 def test_preflight_probe_both_ways_gives_the_same_checks(local_inventory, tmp_path):
-    args = {"storage": {"paths": [str(tmp_path), "~"], "budgets": [{"path": "~", "bytes": "1024", "label": "x"}]},
+    # `~` is a home of the test's own, and Ansible's temporary files live outside it: the AnsiballZ run writes
+    # ~/.ansible/tmp by default, which would change the home's largest inode consumers between the two probes
+    home, data = tmp_path / "home", tmp_path / "data"
+    (home / ".cache").mkdir(parents=True)
+    (data / "ckpt").mkdir(parents=True)
+    (data / "ckpt" / "a.pt").write_bytes(b"x" * 10)
+    env = {"HOME": str(home), "ANSIBLE_REMOTE_TMP": str(tmp_path / "remote-tmp"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp")}
+    args = {"storage": {"paths": [str(data), "~"], "budgets": [{"path": "~", "bytes": "1024", "label": "x"}]},
             "gpu": {"sample_seconds": 0}, "env": {"torch": False}, "fail_on": "never"}
-    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args)
+    rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args, **env)
     assert rc == 0 and "preflight_probe runs without AnsiballZ" in out, out
-    rc, zipped, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args, pipelining=False)
+    rc, zipped, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args, pipelining=False, **env)
     assert rc == 0 and "preflight_probe runs through AnsiballZ: pipelining is off" in out, out
     assert stable(direct["inode_check"]) == stable(zipped["inode_check"])
-    assert direct["inode_check"]["paths"][1]["path"] == zipped["inode_check"]["paths"][1]["path"] != "~"
+    assert direct["inode_check"]["paths"][1]["path"] == zipped["inode_check"]["paths"][1]["path"] == str(home)
+    assert direct["inode_check"]["paths"][0]["top"] == [{"path": str(data / "ckpt"), "inodes": 2}]
     assert codes(direct["gpu_health"]) == codes(zipped["gpu_health"])
     assert direct["env_audit"]["status"] == zipped["env_audit"]["status"] and direct["status"] == zipped["status"]
 

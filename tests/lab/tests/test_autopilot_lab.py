@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import LAB, REPO, SshCounter, needs_root, started_fleet
+from labhelpers import LAB, REPO, SshCounter, needs_root, started_fleet
 from lab_teardown_support import fill_inodes
 from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, needs_root, started_fleet
+from labhelpers import REPO, needs_root, started_fleet
 from test_patrol_lab import adhoc, patrol
 
 pytestmark = needs_root

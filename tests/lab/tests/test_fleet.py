@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import FLEET, NET, REPO, Fleet, assert_nothing_left, namespaces_of, needs_root, processes_in, run_fleet
+from labhelpers import FLEET, NET, REPO, Fleet, assert_nothing_left, namespaces_of, needs_root, processes_in, run_fleet
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.lab]
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import FLEET, Fleet, assert_nothing_left, lab_state, needs_root, run_fleet
+from labhelpers import FLEET, Fleet, assert_nothing_left, lab_state, needs_root, run_fleet
 
 
 def test_up_refuses_without_root(tmp_path):

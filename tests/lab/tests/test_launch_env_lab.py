@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import needs_root, started_fleet
+from labhelpers import needs_root, started_fleet
 from test_launch_lab import launch, read_json, wait_finished
 
 pytestmark = needs_root

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
-from conftest import REPO, SshCounter, needs_root, started_fleet
+from labhelpers import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")

@@ -6,7 +6,7 @@ import os
 import pytest
 import yaml
 
-from conftest import NET
+from labhelpers import NET
 from fleetlib.instance import gpu_count
 from fleetlib.inventory import inventory, layout, write_inventory
 

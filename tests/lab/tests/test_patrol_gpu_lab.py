@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from conftest import SshCounter, needs_root, started_fleet
+from labhelpers import SshCounter, needs_root, started_fleet
 from test_patrol_lab import adhoc, codes, host_line, patrol
 
 pytestmark = needs_root

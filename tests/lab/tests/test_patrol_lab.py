@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO, SshCounter, needs_root, started_fleet
+from labhelpers import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import needs_root, run_fleet, started_fleet
+from labhelpers import needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 

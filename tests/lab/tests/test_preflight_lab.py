@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, SshCounter, needs_root, started_fleet
+from labhelpers import REPO, SshCounter, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import LAB, REPO, needs_root, run_fleet, started_fleet
+from labhelpers import LAB, REPO, needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, run_fleet, started_fleet
+from labhelpers import REPO, needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, needs_root, started_fleet
+from labhelpers import REPO, needs_root, started_fleet
 from lab_teardown_support import fill_inodes, safetensors_bytes
 from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
 

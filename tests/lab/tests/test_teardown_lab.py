@@ -18,7 +18,7 @@ import shutil
 
 import pytest
 
-from conftest import lab_busy
+from labhelpers import lab_busy
 from lab_teardown_support import REPO, LabFleet, safetensors_bytes, started, torch_zip_bytes
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)"),

@@ -1,7 +1,5 @@
-"""Helpers for the GPU emulator tests (tests/lab/gpu/README.md).
+"""Helpers for the GPU emulator tests (tests/lab/gpu/README.md), imported by name, never as a conftest.py.
 
-Deliberately not a conftest.py: other lab tests do ``from conftest import ...``, and with pytest's default
-import mode a second module named ``conftest`` would shadow theirs when both folders run in one process.
 pytest puts this folder on sys.path for the test modules, and this module adds tests/lab/gpu for nvsmi_emu."""
 from __future__ import annotations
 
