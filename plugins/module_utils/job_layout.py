@@ -49,6 +49,14 @@ import time
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
+# The one owner of the defaults of a job's name and of the run directory on the box. The modules take them from
+# here; the playbooks and roles from trainer_job_name and trainer_run_dir (group_vars/all.yml), which a unit test
+# holds equal to these.
+DEFAULT_JOB_NAME = "train"
+DEFAULT_RUN_DIR = "~/.trainer/jobs"
+# At most this many job directories are read under one run directory (a bound on a directory the box can fill)
+MAX_JOBS = 64
+
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 # tmux turns "." (and ":") into "_" in a session name, which would give "a.b" and "a_b" one session. "+" is never
 # in a job name and tmux keeps it, so the session name encodes the job name reversibly (see tmux_session).
@@ -95,6 +103,36 @@ def job_paths(run_dir, name, log_path=None):
         "lib_dir": os.path.join(job_dir, LIB_DIR),
         "log_path": log_path or os.path.join(job_dir, LOG_FILE),
     }
+
+
+def discover_jobs(run_dir, limit=MAX_JOBS):
+    """(names, problem): the jobs under ``run_dir`` (absolute), sorted: each entry that is a real directory (never
+    followed through a symlink), has a valid job name and holds a file of the job protocol (its meta, PID, status,
+    queue record or log). ``problem`` says why the list is incomplete (more than ``limit`` jobs, an unreadable
+    run directory), else None. A run directory that does not exist holds no job."""
+    try:
+        entries = sorted(os.listdir(run_dir))
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], "%s cannot be listed (%s)" % (run_dir, exc.strerror or exc)
+    names = []
+    for name in entries:
+        if not valid_name(name):
+            continue
+        job_dir = os.path.join(run_dir, name)
+        try:
+            if not stat.S_ISDIR(os.lstat(job_dir).st_mode):
+                continue
+        except OSError:
+            continue
+        if any(os.path.lexists(os.path.join(job_dir, marker))
+               for marker in (META_FILE, PID_FILE, STATUS_FILE, QUEUE_FILE, LOG_FILE)):
+            if len(names) == limit:
+                return names, "%s holds more than %d jobs: only the first %d (by name) are read" % (
+                    run_dir, limit, limit)
+            names.append(name)
+    return names, None
 
 
 def item_status_path(items_dir, item):
@@ -297,7 +335,7 @@ def resolve_run_dir(run_dir, error=ValueError):
     """The run directory with ``~`` expanded, made absolute; raises ``error`` when it is empty or relative (the
     module's working directory is no place for jobs) or holds a newline or NUL."""
     if not isinstance(run_dir, str) or not run_dir.strip():
-        raise error("run_dir is empty: give the directory of the job directories (default ~/.trainer/jobs)")
+        raise error("run_dir is empty: give the directory of the job directories (default %s)" % DEFAULT_RUN_DIR)
     if "\n" in run_dir or "\x00" in run_dir:
         raise error("run_dir %r holds a newline or NUL byte: give a plain directory path" % run_dir)
     expanded = os.path.expanduser(run_dir)

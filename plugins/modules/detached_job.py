@@ -214,7 +214,7 @@ def build_module():
             name=dict(type="str", required=True),
             command=dict(type="raw"),
             chdir=dict(type="path"),
-            run_dir=dict(type="str", default="~/.trainer/jobs"),
+            run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
             log_path=dict(type="path"),
             env_files=dict(type="list", elements="path", default=[]),
             env=dict(type="dict", default={}),

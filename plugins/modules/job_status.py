@@ -63,7 +63,10 @@ extends_documentation_fragment:
   - remote_gpu.trainer.job
 options:
   name:
-    description: One job to report on. Use O(jobs) for several.
+    description:
+      - One job to report on. Use O(jobs) for several.
+      - Without O(name) and O(jobs), every job under O(run_dir) is reported (each directory there that holds a job's
+        files, at most 64, by name), so that a box with two experiments is judged whole.
     type: str
   log_path:
     description:
@@ -198,7 +201,7 @@ status:
   sample: FAIL
 jobs:
   description:
-    - One entry per job, in the order given.
+    - One entry per job, in the order given; without O(name) and O(jobs), every job found under O(run_dir), by name.
     - C(items_total) is what the job is graded against. C(items_source) says where it comes from. C(launch) means
       this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
       C(queue_length) the length of the whole queue, C(run_id) the run). C(queue_length) means the option of that
@@ -237,6 +240,17 @@ jobs:
       tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
       vanished_reason: unknown
       oom_kills_since_launch: 0
+alive_jobs:
+  description: The names of the jobs of RV(jobs) that are alive (running, or starting under tmux).
+  type: list
+  elements: str
+  returned: always
+  sample: [exp2]
+discovered:
+  description: True when RV(jobs) are every job found under O(run_dir) (neither O(name) nor O(jobs) was given).
+  type: bool
+  returned: always
+  sample: true
 paths:
   description: Bytes and inodes of each of O(paths), as M(remote_gpu.trainer.inode_check) reports them.
   type: list
@@ -317,7 +331,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_patrol, inode_check, job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_log, jobs, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, run_check, worst
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, finding, run_check, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
 
 
@@ -333,7 +347,7 @@ MODULE_OPTIONS = dict(
             log_path=dict(type="path"),
             queue_length=dict(type="int", default=0),
         )),
-        run_dir=dict(type="str", default="~/.trainer/jobs"),
+        run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
         progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
         stale_minutes=dict(type="int", default=30),
         tail_lines=dict(type="int", default=20),
@@ -348,7 +362,6 @@ MODULE_OPTIONS = dict(
         fail_on=FAIL_ON_OPTION,
     ),
     mutually_exclusive=[("name", "jobs")],
-    required_one_of=[("name", "jobs")],
     supports_check_mode=True,
 )
 
@@ -364,11 +377,17 @@ def validate(params):
     """-> (job list, compiled progress regex); raises StatusError with what to fix."""
     if params["jobs"] is not None and (params["log_path"] is not None or params["queue_length"]):
         raise StatusError("log_path and queue_length apply to name only: with jobs, give them in each entry of jobs")
-    job_list = params["jobs"] if params["jobs"] is not None else [
-        {"name": params["name"], "log_path": params["log_path"], "queue_length": params["queue_length"]}]
-    if not job_list:
+    if params["jobs"] is None and params["name"] is None:
+        if params["log_path"] is not None or params["queue_length"]:
+            raise StatusError("log_path and queue_length apply to name only: give name, or leave all three out to "
+                              "report every job under run_dir")
+        job_list = None
+    else:
+        job_list = params["jobs"] if params["jobs"] is not None else [
+            {"name": params["name"], "log_path": params["log_path"], "queue_length": params["queue_length"]}]
+    if job_list is not None and not job_list:
         raise StatusError("jobs is empty: name at least one job")
-    for job in job_list:
+    for job in job_list or []:
         problem = job_layout.name_problem(job["name"])
         if problem:
             raise StatusError(problem)
@@ -405,16 +424,33 @@ def job_metas(params, job_list):
     return [job_layout.trusted_meta(job_layout.job_paths(run_dir, spec["name"]))[0] for spec in job_list]
 
 
+def discovered_jobs(run_dir):
+    """(job specs, findings) of every job under ``run_dir``."""
+    names, problem = job_layout.discover_jobs(run_dir)
+    notes = []
+    if problem:
+        notes.append(finding("WARN", "jobs_unlisted", "Not every job under the run directory is reported: %s" % problem,
+                             "Remove the job directories you no longer need from %s." % run_dir))
+    if not names and not problem:
+        notes.append(finding("INFO", "no_jobs", "No job under %s: nothing was launched there" % run_dir,
+                             "Launch with playbooks/launch.yml, or give the run directory the jobs were started in."))
+    return [{"name": name, "log_path": None, "queue_length": 0} for name in names], notes
+
+
 def run(module):
     params = module.params
     job_list, regex = validate(params)
-    run_dir_of(params)
+    run_dir = run_dir_of(params)
+    discovered = job_list is None
+    findings = []
+    if discovered:
+        job_list, findings = discovered_jobs(run_dir)
     now = time.time()
     uptime = procfs.read_uptime()
     boot_epoch = now - uptime if uptime is not None else None
     oom_path, counters = cgroup.read_oom_kills(root=params["cgroup_root"])
     oom = {"path": oom_path, "counters": counters}
-    findings, reports = [], []
+    reports = []
     for spec in job_list:
         job, job_notes = report_job(module, spec, regex, oom, now, boot_epoch)
         findings.extend(job_notes)
@@ -427,12 +463,13 @@ def run(module):
         gpus, gpu_notes, xid_events, since = gpu_patrol.probe(
             module, params["timeout"], params["kernel_log"], job_metas(params, job_list), boot_epoch, now)
         findings.extend(gpu_notes)
-    return {"status": worst(findings), "jobs": reports, "paths": usages, "gpus": gpus, "oom_kills": oom,
+    return {"status": worst(findings), "jobs": reports, "alive_jobs": [job["name"] for job in reports if job["alive"]],
+            "discovered": discovered, "paths": usages, "gpus": gpus, "oom_kills": oom,
             "findings": findings, "xid_events": xid_events, "xid_since": since}
 
 
 def empty_result():
-    return {"status": "FAIL", "jobs": [], "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
+    return {"status": "FAIL", "jobs": [], "alive_jobs": [], "discovered": False, "paths": [], "gpus": None, "oom_kills": {"path": None, "counters": {}},
             "findings": [], "xid_events": [], "xid_since": None}
 
 

@@ -294,7 +294,7 @@ def build_module():
             roster=dict(type="list", elements="str"),
             roster_file=dict(type="path"),
             job=dict(type="str"),
-            run_dir=dict(type="path", default="~/.trainer/jobs"),
+            run_dir=dict(type="path", default=job_layout.DEFAULT_RUN_DIR),
             manifest_path=dict(type="path"),
             run_id=dict(type="str"),
         ),

@@ -245,7 +245,7 @@ ARGUMENT_SPEC = dict(
     exclude_commands=dict(type="list", elements="str", default=list(reaper.DEFAULT_EXCLUDE_COMMANDS)),
     protect_pids=dict(type="list", elements="int", default=[]),
     protect_pid_files=dict(type="list", elements="path", default=[]),
-    run_dir=dict(type="str", default="~/.trainer/jobs"),
+    run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
     idle_util_max=dict(type="int", default=reaper.DEFAULT_IDLE_UTIL_MAX),
     idle_sample=dict(type="int", default=2),
     signal=dict(type="str", choices=["TERM", "KILL"], default="TERM"),

@@ -199,3 +199,50 @@ def test_the_wrapper_writes_private_pid_files_whatever_the_umask(tmp_path):
     for key in ("pid_file", "starttime_file"):
         assert os.stat(paths[key]).st_mode & 0o022 == 0
     assert job_layout.signal_trust_problem(paths) is None
+
+
+def test_discover_jobs_lists_real_job_directories_by_name(tmp_path):
+    run_dir = tmp_path / "jobs"
+    for name, marker in (("train", "job.meta.json"), ("exp2", "job.pid"), ("done", "status.json"),
+                         ("queued", "queue.json"), ("logged", "job.log")):
+        (run_dir / name).mkdir(parents=True)
+        (run_dir / name / marker).write_text("{}")
+    (run_dir / "empty").mkdir()                                      # no file of the protocol: not a job
+    (run_dir / "stray.txt").write_text("x")                          # a file, not a directory
+    (run_dir / "-rf").mkdir()                                        # an invalid name
+    (run_dir / "-rf" / "job.pid").write_text("1")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "job.pid").write_text("1")
+    (run_dir / "linked").symlink_to(outside)                         # never followed out of the run directory
+    assert job_layout.discover_jobs(str(run_dir)) == (["done", "exp2", "logged", "queued", "train"], None)
+
+
+def test_discover_jobs_is_bounded_and_says_so(tmp_path):
+    for index in range(5):
+        (tmp_path / ("j%d" % index)).mkdir()
+        (tmp_path / ("j%d" % index) / "job.log").write_text("")
+    names, problem = job_layout.discover_jobs(str(tmp_path), limit=3)
+    assert names == ["j0", "j1", "j2"] and "more than 3 jobs" in problem
+
+
+def test_discover_jobs_of_a_missing_run_dir_is_empty(tmp_path):
+    assert job_layout.discover_jobs(str(tmp_path / "nothing")) == ([], None)
+
+
+def test_the_job_defaults_have_one_owner():
+    """The modules' defaults (job_layout) and the playbooks' and roles' (group_vars/all.yml) are the same, and no
+    module, playbook or role writes either literal again."""
+    import pathlib
+    import re
+    import yaml
+    repo = pathlib.Path(__file__).resolve().parents[4]
+    group_all = yaml.safe_load((repo / "group_vars" / "all.yml").read_text(encoding="utf-8"))
+    assert group_all["trainer_job_name"] == job_layout.DEFAULT_JOB_NAME
+    assert group_all["trainer_run_dir"] == "{{ trainer_home_dir }}/%s" % job_layout.DEFAULT_RUN_DIR[2:]
+    assert (repo / "playbooks" / "group_vars" / "all.yml").resolve() == (repo / "group_vars" / "all.yml").resolve()
+    literal = re.compile(r"""default\(['"]train['"]\)|\.trainer/jobs['"]\)|default=["']~/\.trainer/jobs["']""")
+    offenders = [str(path.relative_to(repo)) for folder in ("plugins", "playbooks", "roles")
+                 for path in sorted((repo / folder).rglob("*")) if path.suffix in (".py", ".yml")
+                 and path.is_file() and literal.search(path.read_text(encoding="utf-8"))]
+    assert offenders == [], "take the job's name and run directory from their one owner"

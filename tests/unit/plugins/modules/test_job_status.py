@@ -382,3 +382,30 @@ def test_unreadable_kinds_of_log_and_a_catastrophic_regex_are_clear_errors(modul
                         ({"tail_lines": 10 ** 6}, "at most")):
         failed, result = module_runner(job_status, dict({"name": "z", "run_dir": str(run_dir)}, **args))
         assert failed and words in result["msg"]
+
+
+def test_without_name_or_jobs_every_job_under_the_run_dir_is_reported(module_runner, tmp_path):
+    """Two experiments on one box: a finished one and a live one, both reported, by name; the live one listed."""
+    run_dir = tmp_path / "jobs"
+    make_job(run_dir, "train", final={"item": None, "exit_code": 0, "started": "a", "finished": "b"},
+             items=[("001", 0)])
+    live = make_job(run_dir, "exp2")
+    (live / "job.pid").write_text("%d\n" % os.getpid())
+    with open("/proc/self/stat", encoding="ascii") as fh:
+        (live / "job.starttime").write_text(fh.read().rsplit(")", 1)[1].split()[19] + "\n")
+    (run_dir / "notes").mkdir()                                      # holds no job file: not a job
+    result = report(module_runner, {"run_dir": str(run_dir)})
+    assert [job["name"] for job in result["jobs"]] == ["exp2", "train"]
+    assert result["alive_jobs"] == ["exp2"] and result["discovered"] is True
+    named = report(module_runner, {"run_dir": str(run_dir), "name": "train"})
+    assert [job["name"] for job in named["jobs"]] == ["train"] and named["discovered"] is False
+
+
+def test_an_empty_run_dir_is_no_jobs_not_a_failure(module_runner, tmp_path):
+    result = report(module_runner, {"run_dir": str(tmp_path / "jobs")})
+    assert (result["jobs"], codes(result), result["status"]) == ([], ["no_jobs"], "PASS")
+
+
+def test_queue_length_without_a_name_is_refused(module_runner, tmp_path):
+    failed, result = module_runner(job_status, {"run_dir": str(tmp_path), "queue_length": 3, "fail_on": "never"})
+    assert failed and "apply to name only" in result["msg"]
