@@ -21,7 +21,7 @@ from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import (
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot, billing, fleet_history, fleet_patrol
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 
 display = Display()
@@ -146,7 +146,7 @@ class ActionModule(DocumentedAction):
         try:
             return super().run(tmp, task_vars)
         except AnsibleActionFail as exc:
-            return dict(exc.result_contribution, changed=False)
+            return refused(exc)
 
     def notify_available(self):
         try:

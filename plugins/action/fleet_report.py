@@ -21,7 +21,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_hi
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 
 display = Display()
@@ -208,7 +208,7 @@ class ActionModule(DocumentedAction):
         try:
             return super().run(tmp, task_vars)
         except AnsibleActionFail as exc:
-            return dict(exc.result_contribution, changed=False)
+            return refused(exc)
 
     def act(self, result, args, task_vars):
         check_args(args)

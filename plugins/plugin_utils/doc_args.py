@@ -78,3 +78,10 @@ class DocumentedAction(ActionBase):
     def act(self, result, args, task_vars):
         """The action itself: ``result`` from ActionBase.run, ``args`` validated against ``SPEC``."""
         raise NotImplementedError
+
+
+def refused(exc):
+    """The failed result of an AnsibleActionFail, on every supported ansible-core: its result with ``failed``,
+    ``msg`` and ``changed: false`` (2.19 and 2.20 give them through ``result_contribution``, 2.21 only the
+    exception's ``message``)."""
+    return dict(exc.result, failed=True, msg=exc.message, changed=False)

@@ -64,15 +64,15 @@ def fake_torch(monkeypatch):
 def torch_pickle(torch, state):
     """Pickle ``state`` the way torch.save does (protocol 2, storages as persistent ids)."""
     buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, protocol=2)
 
-    def persistent_id(obj):
-        if isinstance(obj, FakeStorage):
-            return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
-        return None
+    class StoragePickler(pickle.Pickler):
+        # a method of a subclass, as torch.save defines it: Python 3.13 made the attribute read-only on an instance
+        def persistent_id(self, obj):
+            if isinstance(obj, FakeStorage):
+                return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
+            return None
 
-    pickler.persistent_id = persistent_id
-    pickler.dump(state)
+    StoragePickler(buf, protocol=2).dump(state)
     return buf.getvalue()
 
 
