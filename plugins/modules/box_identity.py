@@ -15,7 +15,7 @@ author:
   - remote_gpu.trainer maintainers (@remote-gpu)
 description:
   - Reads, on the box, the id that the platform gave this instance, so that the controller can refuse an API verb
-    (stop, terminate) aimed at another instance: a stale id after a re-rent, an id typed by hand, a cached inventory.
+    (stop, terminate) aimed at another instance - a stale id after a re-rent, an id typed by hand, a cached inventory.
     Hand the result to M(remote_gpu.trainer.instance) as its O(remote_gpu.trainer.instance#module:identity).
   - "RunPod: C(RUNPOD_POD_ID), which RunPod sets in the pod's container environment (RunPod docs, Pods, References,
     Environment variables). Sources, in this order: the SSH session's environment; C(/proc/1/environ), the
@@ -31,7 +31,7 @@ description:
   - Every source is read bounded, without following a symlink; one that cannot be read (no such file, no permission
     for a non-root user) is listed in RV(sources) with its error and does not fail the module. When the sources that
     set the variable disagree, or its value is not an id, the module fails (C(identity_conflict),
-    C(identity_malformed)): then no one knows which instance this is.
+    C(identity_malformed)) - then no one knows which instance this is.
   - Read-only. It never changes anything on the host.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix

@@ -94,7 +94,7 @@ options:
     description:
       - The registered result of M(remote_gpu.trainer.box_identity) on the host. Its C(id), when the box has one, must
         equal O(id); when it has none, O(expect_address) is required. A failed, skipped or unreachable result is
-        refused (C(identity_unreadable)): nothing is called.
+        refused (C(identity_unreadable)) - nothing is called.
     type: dict
   expect_id:
     description:
