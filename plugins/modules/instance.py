@@ -35,7 +35,7 @@ description:
     so does one it reports as terminated (C(instance_gone)): neither is ever taken for already stopped. RV(identity)
     says what was compared."
   - Without any of these options nothing is verified, and O(state=absent) of an id that the provider does not know
-    stays idempotent (RV(changed=false), RV(found=false), no failure).
+    stays idempotent (C(changed=false), RV(found=false), no failure).
   - The API key is never shown, at any verbosity; messages are scrubbed of it.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
