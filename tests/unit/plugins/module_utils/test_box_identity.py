@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -88,10 +89,15 @@ def test_reads_are_bounded_and_follow_no_symlink(tmp_path):
         bi.read_bounded(str(fifo))
 
 
-def test_the_real_proc_environ_of_this_process(monkeypatch):
-    monkeypatch.setenv("RUNPOD_POD_ID", "selftest01")
-    data = bi.read_bounded("/proc/self/environ")
-    # /proc/self/environ is the environment this process started with; the module reads its own os.environ too
-    rows = bi.gather("runpod", {"RUNPOD_POD_ID": "selftest01"}, proc_environ="/proc/self/environ")
-    assert rows[0]["value"] == "selftest01"
-    assert isinstance(data, bytes)
+def test_a_real_process_environ_is_read_like_the_containers_first_process():
+    """/proc/<pid>/environ of a process started with RUNPOD_POD_ID, as the platform starts the container's PID 1."""
+    child = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                                   "RUNPOD_POD_ID": "realproc01"})
+    try:
+        rows = bi.gather("runpod", {}, proc_environ="/proc/%d/environ" % child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert rows[1] == {"source": "container", "where": "/proc/%d/environ" % child.pid, "value": "realproc01",
+                       "error": None}
+    assert bi.decide("runpod", rows)["id"] == "realproc01"
