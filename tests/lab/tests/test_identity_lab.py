@@ -211,3 +211,26 @@ def test_two_provider_inventories_with_the_same_instance_name(fleet, tmp_path):
     receipt = json.loads(receipt_of(pulls, "exp").read_text())
     assert receipt["acted"] is True and receipt["api"]["id"] == "fakepod0001"
     assert KEY not in out + listing.stdout + listing.stderr
+
+
+def test_vastai_a_cached_record_of_another_instance_at_this_address_is_refused(fleet, tmp_path):
+    """vast.ai: the listing (a stale cache after a re-rent) says lab-03's address is instance 9000005; the box's
+    CONTAINER_ID says 9000003. The destroy is refused before any request; the plugin's inventory is what the user ran."""
+    stale = fake_api.vastai_instance(5, *address(fleet, "lab-03"), label="lab-03")
+    fake = fake_api.FakeAPI("vastai", KEY, [stale]).start()
+    pulls = tmp_path / "pulls"
+    try:
+        ssh_vars(fleet, tmp_path)
+        config = tmp_path / "vastai.yml"
+        config.write_text("plugin: remote_gpu.trainer.vastai\napi_url: %s\n" % fake.url)
+        proc, out = teardown([config], "lab-03", pulls, {"VAST_API_KEY": KEY})
+        listed = len(fake.api_requests())  # the inventory's own listing
+    finally:
+        fake.stop()
+    assert proc.returncode != 0, out[-4000:]
+    text = " ".join(out.split())
+    assert "identity_mismatch" in text and "says it is instance 9000003" in text and "vastai_instance_id" in text, \
+        out[-4000:]
+    assert listed >= 1 and [r for r in fake.api_requests() if "/api/v0/instances/" in r["path"]] == []
+    assert fake.find("9000005")["actual_status"] == "running"
+    assert not receipt_of(pulls, "lab-03").exists() and fleet.meter("lab-03") == []
