@@ -147,10 +147,14 @@ class Lifecycle:
         self.client = client
         self.sleep = sleep
         self.clock = clock
+        self.record = None
+        self.found = False
 
     def read(self, pid):
-        """(state, raw status) as the provider reports it now."""
+        """(state, raw status) as the provider reports it now. Keeps the record in ``self.record`` and whether the
+        provider knows the id at all in ``self.found`` (False: not found, a 404 or AutoDL's not-found code)."""
         quoted = urllib.parse.quote(str(pid), safe="")
+        self.record, self.found = None, False
         try:
             if self.provider == "runpod":
                 record = self.client.get_json("/pods/%s" % quoted)
@@ -167,7 +171,13 @@ class Lifecycle:
             if _not_found(err):
                 return "absent", None
             raise
+        self.record, self.found = record, record is not None
         return observed_state(self.provider, record)
+
+    def snapshot(self, pid):
+        """AutoDL Pro only: the instance's snapshot (``proxy_host``, ``ssh_port``, ...), where its address is."""
+        return autodl_data(self.client.get_json(AUTODL_PRO + "snapshot", {"instance_uuid": str(pid)}),
+                           "GET %ssnapshot for %s" % (AUTODL_PRO, pid))
 
     def act(self, request):
         answer = self.client.request_json(request["method"], request["path"], body=request["body"])

@@ -26,6 +26,16 @@ description:
     start (only terminate). AutoDL Pro releases only a powered-off instance; the module never powers off implicitly
     before a release, so O(state=absent) on a running AutoDL instance fails and asks for O(state=stopped) first.
   - Run it on the controller (C(delegate_to localhost)); it needs no access to the instance itself.
+  - "Verified before any verb, when it is given a host: with O(identity) (the registered result of
+    M(remote_gpu.trainer.box_identity) on the host) or O(expect_id), the box's own id (RunPod C(RUNPOD_POD_ID),
+    vast.ai C(CONTAINER_ID)) must equal O(id), checked before any request, so a wrong id is never touched
+    (C(identity_mismatch)). Where the box has no id of its own (Lambda, AutoDL Pro, or a box that sets none), the
+    provider's record of O(id) must point at O(expect_address) and O(expect_port), the host's C(ansible_host) and
+    C(ansible_port) (C(address_mismatch)). Then an id the provider does not know fails (C(instance_not_found)), and
+    so does one it reports as terminated (C(instance_gone)): neither is ever taken for already stopped. RV(identity)
+    says what was compared."
+  - Without any of these options nothing is verified, and O(state=absent) of an id that the provider does not know
+    stays idempotent (C(changed=false), RV(found=false), no failure).
   - The API key is never shown, at any verbosity; messages are scrubbed of it.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
@@ -80,6 +90,29 @@ options:
     description: Seconds spent retrying one request answered with 429, a 5xx or a network error (with backoff).
     type: float
     default: 60
+  identity:
+    description:
+      - The registered result of M(remote_gpu.trainer.box_identity) on the host. Its C(id), when the box has one, must
+        equal O(id); when it has none, O(expect_address) is required. A failed, skipped or unreachable result is
+        refused (C(identity_unreadable)) - nothing is called.
+    type: dict
+  expect_id:
+    description:
+      - The id the box itself says it is, to compare with O(id) before any request. With O(identity), the two must
+        agree.
+    type: str
+  expect_address:
+    description:
+      - The host's SSH address (C(ansible_host)). Used when no id is expected - the provider's record of O(id) must
+        point at this address (equal, or resolving to a shared address) and at O(expect_port).
+    type: str
+  expect_port:
+    description: The host's SSH port (C(ansible_port)), with O(expect_address).
+    type: int
+    default: 22
+  host:
+    description: The host's inventory name, for the messages.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -88,6 +121,17 @@ EXAMPLES = r"""
     provider: runpod
     id: "{{ provider_id }}"
     state: stopped
+  delegate_to: localhost
+
+- name: Terminate a RunPod pod only if it is the host (its RUNPOD_POD_ID, read on the box)
+  remote_gpu.trainer.instance:
+    provider: runpod
+    id: "{{ runpod_pod_id }}"
+    state: absent
+    identity: "{{ box }}"  # registered by remote_gpu.trainer.box_identity on the host
+    expect_address: "{{ ansible_host | default(inventory_hostname) }}"
+    expect_port: "{{ ansible_port | default(22) }}"
+    host: "{{ inventory_hostname }}"
   delegate_to: localhost
 
 - name: Terminate a Lambda instance without waiting
@@ -153,6 +197,30 @@ waited:
   type: bool
   returned: always
   sample: true
+found:
+  description:
+    - Whether the provider knows the id (false - not found, a 404 or AutoDL's not-found code). An id that is not found
+      is never "stopped" - with a check asked for the module fails (C(instance_not_found)); without one, O(state=absent)
+      changes nothing.
+  type: bool
+  returned: when the state could be read
+  sample: true
+identity:
+  description:
+    - What was verified before the verb - C(by) (V(id), V(address), or null when nothing was asked), C(expected) (the
+      box's id, or the host's address:port), C(source) (where the expected value came from), C(observed) (the id the
+      verb uses, or the address:port of the provider's record) and C(match).
+  type: dict
+  returned: always
+  sample: {"by": "id", "expected": "fakepod0001", "source": "/proc/1/environ", "observed": "fakepod0001", "match": true}
+error_kind:
+  description:
+    - A stable code when the module failed, among them C(identity_mismatch), C(address_mismatch), C(instance_not_found),
+      C(instance_gone), C(identity_unreadable), C(nothing_to_verify), and the API's own (C(auth), C(http), C(absent),
+      C(unsupported), ...).
+  type: str
+  returned: on failure
+  sample: identity_mismatch
 """
 
 import os
@@ -160,6 +228,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, scrub
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import (
+    check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, Lifecycle, make_client, plan)
 
@@ -176,11 +246,26 @@ def run(module, result):
     if not key:
         module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
                              "api_key." % (provider, env_var), **result)
+    host = params["host"]
+    expected = expectation(params["identity"], params["expect_id"], params["expect_address"], params["expect_port"])
+    if expected["by"] == "id":
+        result["identity"] = {"by": "id", "expected": expected["id"], "source": expected["source"], "observed": pid,
+                              "match": expected["id"] == pid}
+    check_id(provider, pid, expected, host)  # before any request: a wrong id is never touched
     client = make_client(provider, key, params["api_url"], retry_budget=params["retry_budget"])
     life = Lifecycle(provider, client)
     interval = max(0.05, float(params["poll_interval"]))
     current, raw = life.read(pid)
-    result.update(previous=current, current=current, provider_status=raw)
+    result.update(previous=current, current=current, provider_status=raw, found=life.found)
+    if expected["by"] is not None:
+        check_found(provider, pid, life.found, current, host)
+    if expected["by"] == "address":
+        observed = record_address(provider, life.record, life.snapshot(pid) if provider == "autodl" else None)
+        result["identity"] = {"by": "address", "expected": "%s:%s" % (expected["address"], expected["port"]),
+                              "source": expected["source"], "match": False,
+                              "observed": "%s:%s" % observed if observed[0] else None}
+        check_address(provider, pid, expected, observed, host)
+        result["identity"]["match"] = True
     if current == "transition" and params["wait"]:
         current, raw = life.settle(pid, params["timeout"], interval)
         result.update(current=current, provider_status=raw)
@@ -212,12 +297,18 @@ def main():
             timeout=dict(type="int", default=600),
             poll_interval=dict(type="float", default=5),
             retry_budget=dict(type="float", default=60),
+            identity=dict(type="dict"),
+            expect_id=dict(type="str"),
+            expect_address=dict(type="str"),
+            expect_port=dict(type="int", default=22),
+            host=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     secret = module.params["api_key"] or os.environ.get(PROVIDERS[module.params["provider"]]["env_var"])
     result = {"changed": False, "provider": module.params["provider"], "id": str(module.params["id"] or "").strip(),
-              "state": module.params["state"], "verb": None, "request": None, "waited": False}
+              "state": module.params["state"], "verb": None, "request": None, "waited": False,
+              "identity": {"by": None, "expected": None, "source": None, "observed": None, "match": None}}
     try:
         module.exit_json(**run(module, result))
     except ProviderAPIError as err:

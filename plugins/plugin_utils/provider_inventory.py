@@ -21,7 +21,41 @@ from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructa
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import unique_names
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
     ProviderAPIError, ProviderHTTP, resolve_api_key, scrub)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import CONSOLES
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import PROVIDERS
+
+# the host variable that carries each provider's instance id (runpod_pod_id, vastai_instance_id, ...)
+ID_VARS = {provider: row[0] for provider, row in CONSOLES.items()}
+
+
+def clash(existing_vars, provider, pid):
+    """Whether a host already in the inventory (its variables ``existing_vars``) is another instance than
+    ``provider``'s ``pid``: a description of it ("runpod instance fakepod0001") or None when merging is safe.
+
+    Safe: a host that carries no provider's id and no ``provider`` (a static inventory's entry that this source fills
+    in), or one that already is this very instance (the same account listed by two sources)."""
+    existing_vars = existing_vars or {}
+    ids = sorted((other, str(existing_vars[var])) for other, var in ID_VARS.items()
+                 if existing_vars.get(var) not in (None, ""))
+    other_provider = existing_vars.get("provider")
+    if not ids and other_provider in (None, ""):
+        return None
+    if ids == [(provider, str(pid))] and other_provider in (None, "", provider):
+        return None
+    if ids:
+        return "; ".join("%s instance %s (%s)" % (other, oid, ID_VARS[other]) for other, oid in ids)
+    return "a %s host (provider=%s)" % (other_provider, other_provider)
+
+
+def free_name(name, provider, pid, taken):
+    """A name for ``provider``'s instance ``pid`` that ``taken(name)`` does not hold: ``<name>-<provider>``, then
+    ``<name>-<provider>-<id>``, then numbered."""
+    candidates = ["%s-%s" % (name, provider), "%s-%s-%s" % (name, provider, pid)]
+    candidates += ["%s-%s-%s-%d" % (name, provider, pid, n) for n in range(2, 100)]
+    for candidate in candidates:
+        if not taken(candidate):
+            return candidate
+    raise AnsibleParserError("%s: no free inventory name for instance %s (%s)" % (provider, pid, name))
 
 
 class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
@@ -110,7 +144,7 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             hostvars["provider_api_url"] = self.get_option("api_url") or self.DEFAULT_URL
             if not self._keep(host["name"], hostvars, filters):
                 continue
-            name = host["name"]
+            name = self._unclashed(host["name"], host["id"])
             if host["state"] == "ready":
                 group = self.PROVIDER
                 hostvars["ansible_host"] = host["address"]
@@ -130,6 +164,22 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)
             self._add_host_to_composed_groups(self.get_option("groups"), hostvars, name, strict=strict)
             self._add_host_to_keyed_groups(self.get_option("keyed_groups"), hostvars, name, strict=strict)
+
+    def _unclashed(self, name, pid):
+        """``name``, or a new one when another source already made a host of that name for another instance: the
+        inventory object is shared by every source of one run (-i runpod.yml -i vastai.yml), and a silent merge would
+        give one host two providers' ids, so that a verb could stop the wrong instance."""
+        existing = self.inventory.hosts.get(name)
+        other = clash(existing.vars if existing is not None else None, self.PROVIDER, pid)
+        if other is None:
+            return name
+        new = free_name(name, self.PROVIDER, pid, lambda candidate: candidate in self.inventory.hosts)
+        self.display.warning(
+            "%s: instance %s is named '%s', but the inventory already has a host '%s' from another source: %s. Two "
+            "instances never merge into one host: this %s instance is the host '%s'. Give the instances distinct names "
+            "(a label), or use compose/keyed_groups to tell them apart." % (
+                self.PROVIDER, pid, name, name, other, self.PROVIDER, new))
+        return new
 
     def _keep(self, name, hostvars, filters):
         for conditional in filters:

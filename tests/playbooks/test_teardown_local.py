@@ -147,7 +147,8 @@ def test_api_verb_terminates_once_through_the_fake_and_records_it(local_inventor
     fake_api = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake_api)
     key = "LAMBDA-TEARDOWN-KEY-5e4d-never-shown"
-    record = fake_api.lambda_instance(1, "198.51.100.9")
+    # the record points at the host (Lambda gives the box no id: teardown matches the record's ip and port 22)
+    record = fake_api.lambda_instance(1, "127.0.0.1")
     fake = fake_api.FakeAPI("lambda", key, [record]).start()
     try:
         extra = dict(api_meter_stop(record["id"]), provider_api_url=fake.url)

@@ -172,8 +172,9 @@ def prepare(state: str, inst: dict, opts: dict, proxy_port: int | None, client_p
         "FAKE_GPU_PYTHON": SYSTEM_PYTHON,
         "LAB_INSTANCE": name, "LAB_PLATFORM": inst["platform"], "LAB_REGION": inst["region"],
     }
-    for k, v in info.get("env", {}).items():
-        env[k] = v.format(name=name, index=inst["index"])
+    platform_env = {k: v.format(name=name, index=inst["index"], vast_id=9000000 + inst["index"])
+                    for k, v in info.get("env", {}).items()}
+    env.update(platform_env)
     if "slow" in inst["variants"]:
         env["LAB_SLOW_SECONDS"] = str(opts.get("slow_seconds", 2))
 
@@ -189,6 +190,9 @@ def prepare(state: str, inst: dict, opts: dict, proxy_port: int | None, client_p
                 files.append({"path": f"{d}/{cmd}", "content": stand_in, "mode": 0o755})
     if "slow" in inst["variants"]:
         files.append({"path": "/usr/local/libexec/lab-slow", "content": SLOW_WRAPPER, "mode": 0o755})
+    if info.get("env_file"):  # RunPod's start.sh: printenv | grep '^RUNPOD_' as export lines, for SSH sessions
+        files.append({"path": info["env_file"], "mode": 0o644, "content": "".join(
+            'export %s="%s"\n' % (k, v) for k, v in platform_env.items())})
     etc_append = {}
     if info.get("turbo"):
         from .proxy import network_turbo

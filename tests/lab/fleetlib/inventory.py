@@ -12,8 +12,14 @@ from . import state as st
 PLATFORMS = {
     "autodl": {"user": "root", "data": "/root/autodl-tmp", "durable": "/root/autodl-fs",
                "dirs": ["/root/tf-logs"], "turbo": True, "miniconda": True},
-    "runpod": {"user": "root", "data": "/workspace", "env": {"RUNPOD_POD_ID": "{name}"}},
-    "vastai": {"user": "root", "data": "/workspace", "env": {"CONTAINER_ID": "{index}"}},
+    # The platform's own id of the instance, in the session's environment (sshd's SetEnv; PID 1 is sshd here, whose
+    # process title overwrites its own environ, so /proc/1/environ carries nothing), and on RunPod also in
+    # /etc/rp_environment, as RunPod's start.sh exports it for SSH sessions. The values are the ids that
+    # tests/lab/providers/fake_api.py gives the instance of the same index (runpod_pod(i), vastai_instance(i)), so a
+    # fake record built for lab-0i names this box.
+    "runpod": {"user": "root", "data": "/workspace", "env": {"RUNPOD_POD_ID": "fakepod{index:04d}"},
+               "env_file": "/etc/rp_environment"},
+    "vastai": {"user": "root", "data": "/workspace", "env": {"CONTAINER_ID": "{vast_id}"}},
     "lambda": {"user": "ubuntu", "data": "~/proj", "durable": "/lambda/nfs/lab"},
     "generic_ssh": {"user": "root", "data": "~/proj"},
     "local": {"user": "root", "data": "~/proj"},

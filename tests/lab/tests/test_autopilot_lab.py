@@ -280,7 +280,7 @@ def test_a_runpod_box_is_parked_through_the_api_stop_never_terminated(fleet, src
     launch(fleet, src, "-l", "lab-04", extra={"launch_name": "rp", "launch_queue": ["r0"]})
     assert wait_finished(fleet, "lab-04", "rp")["exit_code"] == 0
     seed_idle_history(laptop, "lab-04", time.time())
-    pod = fake_api.runpod_pod(1, fleet.hosts["lab-04"]["ansible_host"], 22, name="lab-04")
+    pod = fake_api.runpod_pod(4, fleet.hosts["lab-04"]["ansible_host"], 22, name="lab-04")  # lab-04's RUNPOD_POD_ID
     fake = fake_api.FakeAPI("runpod", "fake-key", [pod]).start()
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     try:

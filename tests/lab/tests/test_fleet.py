@@ -146,7 +146,7 @@ def test_meter_stop_stand_ins_only_record(fleet):
     fleet.ssh("lab-07", "shutdown -h now")                  # non-root user, PATH without sbin
     fleet.ssh("lab-05", "vastai destroy instance 42")
     assert [r["argv"] for r in fleet.meter("lab-01")][-2:] == [["shutdown", "-h", "now"], ["shutdown", "-P", "+1"]]
-    assert fleet.meter("lab-03")[-1]["argv"] == ["runpodctl", "remove", "pod", "lab-03"]
+    assert fleet.meter("lab-03")[-1]["argv"] == ["runpodctl", "remove", "pod", "fakepod0003"]
     assert fleet.meter("lab-07")[-1]["uid"] != 0
     assert fleet.meter("lab-05")[-1]["argv"] == ["vastai", "destroy", "instance", "42"]
     assert all("ts" in r for r in fleet.meter("lab-01"))

@@ -163,3 +163,75 @@ def test_bad_input_is_a_message_not_a_traceback(module_runner, serve, bad):
     fake = serve("runpod")
     failed, result = module_runner(instance, dict(args(fake, "stopped"), **bad))
     assert failed and "Traceback" not in result["msg"] and result["msg"]
+
+
+# --- found: false, and the instance verified before the verb (issue 28) -----------------------------------------
+
+@pytest.mark.parametrize("provider", ["runpod", "vastai", "lambda", "autodl"])
+def test_absent_of_an_unknown_id_is_idempotent_and_says_not_found(module_runner, serve, provider):
+    fake = serve(provider)
+    failed, result = module_runner(instance, args(fake, "absent", pid="stale0042"))
+    assert not failed and result["changed"] is False and result["found"] is False, result
+    assert verbs(fake) == []
+    failed, known = module_runner(instance, args(fake, "running"))
+    assert not failed and known["found"] is True
+
+
+def box(pid, source="/proc/1/environ"):
+    return {"changed": False, "id": pid, "variable": "RUNPOD_POD_ID", "has_own_id": True, "source": source,
+            "error": None, "conflict": False}
+
+
+def test_an_unknown_id_with_a_check_is_never_stopped(module_runner, serve):
+    fake = serve("runpod")
+    failed, result = module_runner(instance, args(fake, "absent", pid="stale0042", identity=box("stale0042"),
+                                                  host="lab-01"))
+    assert failed and result["error_kind"] == "instance_not_found" and result["found"] is False, result
+    assert "console" in result["msg"] and "runpod_pod_id" in result["msg"] and "lab-01" in result["msg"]
+    assert verbs(fake) == [] and result["changed"] is False
+
+
+def test_the_box_says_it_is_another_pod_then_nothing_is_requested(module_runner, serve):
+    fake = serve("runpod", count=2)
+    failed, result = module_runner(instance, args(fake, "absent", pid="fakepod0002", identity=box("fakepod0001"),
+                                                  expect_address="198.51.100.2", expect_port=40002))
+    assert failed and result["error_kind"] == "identity_mismatch", result
+    assert result["identity"] == {"by": "id", "expected": "fakepod0001", "source": "/proc/1/environ",
+                                  "observed": "fakepod0002", "match": False}
+    assert fake.api_requests() == []  # the other pod is not even read
+    assert fake.find("fakepod0002")["desiredStatus"] == "RUNNING"
+
+
+def test_the_box_id_matches_then_the_verb_runs(module_runner, serve):
+    fake = serve("runpod", count=2)
+    failed, result = module_runner(instance, args(fake, "stopped", identity=box("fakepod0001")))
+    assert not failed and result["changed"] and result["identity"]["match"] is True, result
+    assert verbs(fake) == [("POST", "/v1/pods/fakepod0001/stop")]
+
+
+@pytest.mark.parametrize("provider,pid", [("lambda", FIRST_ID["lambda"]), ("autodl", FIRST_ID["autodl"]),
+                                          ("runpod", "fakepod0001"), ("vastai", "9000001")])
+def test_without_a_box_id_the_record_must_point_at_the_host(module_runner, serve, provider, pid):
+    fake = serve(provider, count=2)
+    no_id = {"changed": False, "id": None, "has_own_id": provider in ("runpod", "vastai"), "error": None,
+             "msg": "no id"}
+    port = 22 if provider == "lambda" else 40001
+    state = "absent" if provider == "lambda" else "stopped"
+    failed, result = module_runner(instance, args(fake, state, pid=pid, identity=no_id,
+                                                  expect_address="198.51.100.2", expect_port=40002 if provider !=
+                                                  "lambda" else 22))
+    assert failed and result["error_kind"] == "address_mismatch", result
+    assert result["identity"]["by"] == "address" and result["identity"]["match"] is False
+    assert result["identity"]["observed"] == "198.51.100.1:%d" % port
+    assert verbs(fake) == []
+    failed, result = module_runner(instance, args(fake, state, pid=pid, identity=no_id,
+                                                  expect_address="198.51.100.1", expect_port=port))
+    assert not failed and result["changed"] and result["identity"]["match"] is True, result
+    assert len(verbs(fake)) == 1
+
+
+def test_a_failed_identity_read_calls_nothing(module_runner, serve):
+    fake = serve("runpod")
+    failed, result = module_runner(instance, args(fake, "absent", identity={"failed": True, "msg": "disagree"}))
+    assert failed and result["error_kind"] == "identity_unreadable"
+    assert fake.api_requests() == []
