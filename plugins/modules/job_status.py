@@ -217,7 +217,7 @@ jobs:
       C(failed) or C(sync_failed). C(sync_dest) is the durable directory, null when the sync is off. C(synced) is
       the number of verified durable copies it records. C(unsynced) lists the files that are not durable.
       C(seconds) is how long it ran (C(finished) - C(started), null when either is unknown). C(too_fast) is true
-      when it exited 0 sooner than the C(min_seconds) that launch recorded (C(launch_min_seconds)): such an item
+      when it exited 0 sooner than the C(min_seconds) that launch recorded (C(launch_min_seconds)), so such an item
       did not train, and the autopilot does not count it toward a finished queue.
     - C(min_seconds) is that record (null when launch recorded none, or 0), C(items_too_fast) the number of items
       that were too fast; they make one C(item_too_fast) finding per job (WARN, or FAIL when launch recorded
