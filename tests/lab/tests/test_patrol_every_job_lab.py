@@ -132,8 +132,8 @@ def codes(row, job=None):
     return sorted(f["code"] for f in row["findings"] if job is None or f.get("job") == job)
 
 
-def test_two_experiments_on_one_box_are_both_patrolled_charted_and_a_too_fast_item_is_found(fleet, src,
-                                                                                              tmp_path):
+def test_two_experiments_on_one_box_are_both_patrolled_charted_and_a_too_fast_item_is_found(
+        fleet, src, tmp_path):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     # 1. train: one item of about 2 s, with the default launch_min_seconds (30)

@@ -48,8 +48,8 @@ def test_every_job_of_the_host_is_recorded_by_name_and_a_box_without_jobs_as_non
     down = fleet_patrol.patrol_row("lab-03", patrol_record({"unreachable": True, "msg": "ssh: connect"}))
     assert "by_job" not in fleet_history.history_record(down, "patrol", NOW)  # unknown, not "no jobs"
     # compaction keeps what each job's chart draws
-    (slim,) = fleet_history.compact([dict(record, t=NOW - 30 * 86400, by_job={"a": {"st": "ALIVE", "done": 1,
-                                                                                   "log_age": 3, "prog": 4}})], NOW)
+    old = dict(record, t=NOW - 30 * 86400, by_job={"a": {"st": "ALIVE", "done": 1, "log_age": 3, "prog": 4}})
+    (slim,) = fleet_history.compact([old], NOW)
     assert slim["by_job"] == {"a": {"done": 1, "prog": 4}}
 
 
