@@ -38,8 +38,9 @@ def synthetic_records(host, now, days, tick=TICK):
                   "msg": "train's log has been silent for 31 minutes while the job is alive" if i % 97 == 0 else None,
                   "action": "Look at the job: a hung DataLoader or NCCL wait" if i % 97 == 0 else None,
                   "data_b": round(20 + 60.0 * i / count, 1), "data_i": round(10 + 80.0 * i / count, 1),
-                  "dur_b": 41, "dur_i": 63, "done": 500 * i // count, "total": 500, "prog": i % 100,
-                  "prog_total": 100, "unit": "epoch", "log_age": 12, "jobs": "train ALIVE %d/500" % (500 * i // count),
+                  "dur_b": 41, "dur_i": 63,
+                  "by_job": {"train": {"st": "ALIVE", "done": 500 * i // count, "total": 500, "prog": i % 100,
+                                       "prog_total": 100, "unit": "epoch", "log_age": 12}},
                   "gpu_util": (i * 37) % 101, "gpu_mem": 71.3, "gpu_count": 8, "price": 2.4, "cur": "EUR"}
         records.append(dict((k, v) for k, v in record.items() if v is not None))
     return records

@@ -49,6 +49,8 @@ MAX_LINE = 64 * 1024          # a longer line is not a record
 TEXT_WIDTH = 300              # top finding message and action, clipped
 # Keys dropped from compacted (hourly, daily) records: the words are only shown for the latest record.
 WORDY = ("msg", "action", "jobs")
+# What a compacted record keeps of each job (by_job): what its charts draw.
+SLIM_JOB_KEYS = ("done", "total", "prog", "prog_total")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -76,9 +78,36 @@ def file_name(host):
     return safe + SUFFIX
 
 
-def _first_job(row):
+def _jobs_of(row):
     jobs = row.get("jobs")
     return [job for job in jobs if isinstance(job, dict)] if isinstance(jobs, list) else []
+
+
+MAX_JOBS = 64       # job_status reports at most 64 jobs per host (job_layout.discover_jobs)
+JOB_NAME_WIDTH = 64
+
+
+def _progress_fields(job):
+    progress = job.get("progress") if isinstance(job.get("progress"), dict) else {}
+    return {"prog": _num(progress.get("value")), "prog_total": _num(progress.get("total")),
+            "unit": _clip(progress.get("unit"), 20) if progress.get("unit") else None}
+
+
+def job_fields(jobs):
+    """Each job of a patrol row as ``{name: {"st": state, "done", "total", "prog", "prog_total", "unit", "log_age",
+    "fast": items too fast}}`` (unknown values left out), at most MAX_JOBS: the history of each (host, job), so
+    that two experiments on one host are two series, never one that zig-zags between them."""
+    fields = {}
+    for job in jobs[:MAX_JOBS]:
+        name = job.get("name")
+        if not isinstance(name, str) or not name.strip():
+            continue
+        entry = {"st": _clip(job.get("state"), 12) if isinstance(job.get("state"), str) else None,
+                 "done": _int(job.get("items_done")), "total": _int(job.get("items_total")) or None,
+                 "log_age": _int(job.get("log_age_seconds")), "fast": _int(job.get("items_too_fast")) or None}
+        entry.update(_progress_fields(job))
+        fields[_clip(name, JOB_NAME_WIDTH)] = dict((key, value) for key, value in entry.items() if value is not None)
+    return fields
 
 
 def _gpu_usage(gpus):
@@ -121,17 +150,12 @@ def history_record(row, kind, now, price=None, currency=None):
         record["gpus"] = _clip(row["gpus"], 80)
     elif isinstance(row.get("gpus"), list) and any(isinstance(g, dict) and g.get("name") for g in row["gpus"]):
         record["gpus"] = _clip(gpu_summary(row["gpus"]), 80)  # patrol: the names from its one query
-    jobs = _first_job(row)
-    if jobs:
-        done = [d for d in (_int(j.get("items_done")) for j in jobs) if d is not None]
-        total = [d for d in (_int(j.get("items_total")) for j in jobs) if d is not None]
-        record.update(done=sum(done) if done else None, total=sum(total) if total else None)
-        progress = jobs[0].get("progress") if isinstance(jobs[0].get("progress"), dict) else {}
-        record.update(prog=_num(progress.get("value")), prog_total=_num(progress.get("total")),
-                      unit=_clip(progress.get("unit"), 20) if progress.get("unit") else None)
-        ages = [a for a in (_num(j.get("log_age_seconds")) for j in jobs) if a is not None]
-        record["log_age"] = int(min(ages)) if ages else None
-        record["jobs"] = _clip(row.get("jobs_summary") or "", 120) or None
+    jobs = _jobs_of(row)
+    if jobs or row.get("probed"):
+        # every job of the box, by name ({} when it has none), with its state, queue, progress and log age: the
+        # dashboard draws one chart per (host, job). (Records written before it held the host's done, total, prog,
+        # prog_total, unit, log_age and a jobs text, from the first job's progress; fleet_html still reads them.)
+        record["by_job"] = job_fields(jobs)
     if isinstance(row.get("gpus"), list):
         record["gpu_util"], record["gpu_mem"] = _gpu_usage(row["gpus"])
         record["gpu_count"] = len([g for g in row["gpus"] if isinstance(g, dict)]) or None
@@ -168,6 +192,9 @@ def compact(records, now, retention=RETENTION):
         previous = buckets.get(key)
         count = (previous["n"] if previous else 0) + (_int(record.get("n")) or 1)
         slim = dict((k, v) for k, v in record.items() if k not in WORDY)
+        if isinstance(slim.get("by_job"), dict):  # a job's state and log age are shown for the latest record only
+            slim["by_job"] = dict((name, dict((k, v) for k, v in entry.items() if k in SLIM_JOB_KEYS))
+                                  for name, entry in slim["by_job"].items() if isinstance(entry, dict))
         slim.update(b=max(size, _num(record.get("b")) or 0), n=count)
         buckets[key] = slim
     older = sorted(buckets.values(), key=lambda r: r.get("t", 0))

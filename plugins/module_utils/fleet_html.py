@@ -8,7 +8,8 @@ the hosts' history records (fleet_history).
 The page has no script and fetches nothing: its Content-Security-Policy forbids every source but inline styles and
 data: images, so it opens from a laptop's disk or a static web server. Every string that came from a box or the
 inventory (host names, findings, log lines) is HTML-escaped; numbers are formatted, never copied. Charts are inline
-SVG polylines, one point per history record in the window (at most MAX_POINTS: beyond that every k-th record)."""
+SVG polylines, one point per history record in the window (at most MAX_POINTS: beyond that every k-th record).
+A host's queue and progress are charted per job (the records' ``by_job``): one chart per (host, job)."""
 
 from __future__ import annotations
 
@@ -150,8 +151,56 @@ def spent(records):
     return (round(total, 2), currency) if currency else (None, None)
 
 
+def _by_job(record):
+    value = record.get("by_job") if isinstance(record, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def _progress_label(record):
+    return "%s %s%s" % (_text(record.get("unit")) or "progress", _fmt(record["prog"]),
+                        "/%s" % _fmt(record["prog_total"]) if _num(record.get("prog_total")) is not None else "")
+
+
+def job_view(name, records, now, start):
+    """One job of a host (its ``by_job`` entries in the history records), as the card and the index show it: its
+    latest state, queue and progress, its estimated finish, and its own series (items done, progress), so that each
+    (host, job) is a chart of its own."""
+    own = []
+    for record in records:
+        entry = (_by_job(record) or {}).get(name)
+        if isinstance(entry, dict):
+            own.append(dict(entry, t=record.get("t", 0), b=record.get("b")))
+    last = own[-1] if own else {"t": start}
+    view = {"name": name, "state": _text(last.get("st")), "t": last.get("t"), "start": start,
+            "too_fast": _num(last.get("fast")) or 0}
+    view["done"], view["total"], view["eta_s"] = eta(own, now)
+    progress = _latest(own, "prog")
+    view["progress"] = _progress_label(progress) if progress else None
+    log = _latest(own, "log_age")
+    view["log_age"] = log["log_age"] + max(0, now - log["t"]) if log else None
+    view["series"] = dict((key, series(own, key, start)) for key in ("done", "prog"))
+    return view
+
+
+def _host_queue(jobs):
+    """A host's (done, total, seconds to finish) from its jobs' views: the sums of the graded ones; the finish is
+    the last job's, unknown when an open job has no rate."""
+    graded = [job for job in jobs if job["total"]]
+    if not graded:
+        done = [job["done"] for job in jobs if job["done"] is not None]
+        return (sum(done) if done else None), None, None
+    done, total = sum(job["done"] or 0 for job in graded), sum(job["total"] for job in graded)
+    open_jobs = [job for job in graded if (job["done"] or 0) < job["total"]]
+    if not open_jobs:
+        return done, total, 0
+    known = [job["eta_s"] for job in open_jobs if job["eta_s"] is not None]
+    return done, total, max(known) if len(known) == len(open_jobs) else None
+
+
 def host_view(host, records, now, window=WINDOW):
-    """What the card, the summary and the index show of one host (a dict of plain values)."""
+    """What the card, the summary and the index show of one host (a dict of plain values). ``jobs_view``: each job
+    of the box (from the latest record that lists them, ``by_job``), None for a history written before jobs were
+    recorded one by one (then the host's own queue and progress are shown, as then)."""
     last = records[-1]
     verdict = last.get("verdict")
     view = {"host": host, "verdict": verdict if isinstance(verdict, str) and verdict else "?",
@@ -165,9 +214,7 @@ def host_view(host, records, now, window=WINDOW):
         view[key] = last.get(key)
     progress = _latest(records, "prog")
     if progress:
-        view["progress"] = "%s %s%s" % (progress.get("unit") or "progress", _fmt(progress["prog"]),
-                                        "/%s" % _fmt(progress["prog_total"]) if _num(progress.get("prog_total"))
-                                        is not None else "")
+        view["progress"] = _progress_label(progress)
     log = _latest(records, "log_age")
     view["log_age"] = log["log_age"] + max(0, now - log["t"]) if log else None
     view["done"], view["total"], view["eta_s"] = eta(records, now)
@@ -182,6 +229,16 @@ def host_view(host, records, now, window=WINDOW):
     view["series"] = dict((key, series(records, key, start)) for key in (
         "done", "prog", "gpu_util", "gpu_mem", "data_b", "data_i"))
     view["start"] = start
+    listed = None
+    for record in reversed(records):
+        listed = _by_job(record)
+        if listed is not None:
+            break
+    view["jobs_view"] = None if listed is None else [job_view(name, records, now, start) for name in sorted(listed)]
+    if view["jobs_view"] is not None:
+        view["no_jobs"] = not view["jobs_view"]
+        view["done"], view["total"], view["eta_s"] = _host_queue(view["jobs_view"])
+        view["progress"] = None if len(view["jobs_view"]) != 1 else view["jobs_view"][0]["progress"]
     return view
 
 
@@ -217,8 +274,9 @@ def summary(views, now):
             "hosts_without_rate": len(open_hosts) - len(known), "spent": spent_by, "burn_per_hour": burn_by}
 
 
-def chart(title, view, lines, top=100.0, thresholds=(), now=None, suffix="%"):
-    """One inline-SVG chart: ``lines`` are (series key, css class); ``thresholds`` (value, css class, label)."""
+def chart(title, view, lines, top=100.0, thresholds=(), now=None, suffix="%", job=None):
+    """One inline-SVG chart: ``lines`` are (series key, css class); ``thresholds`` (value, css class, label);
+    ``job``: the job whose series it draws (a ``data-job`` attribute)."""
     width, height, pad = CHART_W, CHART_H, 2
     start, end = view["start"], max(now or 0, view["t"] or 0)
     values = [value for key, _cls in lines for _t, value in view["series"][key]]
@@ -243,10 +301,38 @@ def chart(title, view, lines, top=100.0, thresholds=(), now=None, suffix="%"):
                 coords.split(","))))
         parts.append('<polyline class="%s" data-series="%s" data-points="%d" points="%s"/>' % (
             cls, esc(key), len(points), coords))
-    return ('<figure><svg class="chart" data-chart="%s" viewBox="0 0 %d %d" role="img" aria-label="%s">%s</svg>'
+    return ('<figure%s><svg class="chart" data-chart="%s" viewBox="0 0 %d %d" role="img" aria-label="%s">%s</svg>'
             '<figcaption>%s (%s points)</figcaption></figure>' % (
+                ' data-job="%s"' % esc(job) if job is not None else "",
                 esc(title), width, height, esc(title), "".join(parts), esc(title),
                 "/".join("%d" % c for c in counts)))
+
+
+def _job_text(job):
+    """A job's line on its host's card: ``ALIVE, 1/4 items, done in about 2.0 h, epoch 12/20, log 1 min ago``."""
+    words = [job["state"] or "?"]
+    if job["total"] or job["done"] is not None:
+        words.append("%s/%s items%s" % (_fmt(job["done"]), _fmt(job["total"]), (
+            ", done in about %s" % ago(job["eta_s"]) if job["eta_s"] else "")))
+    if job["too_fast"]:
+        words.append("%s too fast" % _fmt(job["too_fast"]))
+    if job["progress"]:
+        words.append(job["progress"])
+    if job["log_age"] is not None:
+        words.append("log %s ago" % ago(job["log_age"]))
+    return ", ".join(words)
+
+
+def _job_chart(job, now):
+    """A job's own chart: its items done against its total for a queue of several items, else (one item, or no
+    item done yet) its progress (epoch or step); items done when it has no progress."""
+    several = job["total"] and job["total"] > 1
+    if job["series"]["done"] and (several or not job["series"]["prog"]):
+        top = float(job["total"] or 1)
+        return chart("%s: items done" % job["name"], job, [("done", "s1")], top=top, now=now,
+                     thresholds=[(job["total"], "thw", "total %d" % job["total"])] if job["total"] else [],
+                     job=job["name"])
+    return chart("%s: progress" % job["name"], job, [("prog", "s1")], top=1.0, now=now, job=job["name"])
 
 
 def _card(view, now, warn_pct, fail_pct):
@@ -257,10 +343,14 @@ def _card(view, now, warn_pct, fail_pct):
     if view["total"] or view["done"] is not None:
         rows.append(("queue", "%s/%s items%s" % (_fmt(view["done"]), _fmt(view["total"]), (
             ", done in about %s" % ago(view["eta_s"]) if view["eta_s"] else ""))))
-    if view.get("progress"):
-        rows.append(("progress", view["progress"]))
-    if view.get("jobs"):
-        rows.append(("jobs", view["jobs"]))
+    jobs = view.get("jobs_view")
+    if jobs is not None:
+        rows += [("job %s" % job["name"], _job_text(job)) for job in jobs] or [("jobs", "none (nothing launched)")]
+    else:
+        if view.get("progress"):
+            rows.append(("progress", view["progress"]))
+        if view.get("jobs"):
+            rows.append(("jobs", view["jobs"]))
     rows.append(("last log line", ago(view["log_age"]) + " ago" if view["log_age"] is not None else "-"))
     rows.append(("data disk", "%s%% bytes, %s%% inodes" % (_fmt(view["data_b"]), _fmt(view["data_i"]))))
     if view["dur_b"] is not None or view["dur_i"] is not None:
@@ -274,11 +364,14 @@ def _card(view, now, warn_pct, fail_pct):
            esc(view["msg"] or "no finding"))
     disk = [(warn_pct, "thw", "warn %d%%" % warn_pct), (fail_pct, "thr", "fail %d%%" % fail_pct)]
     progress_key = "done" if view["series"]["done"] else "prog"
-    charts = [
-        chart("items done" if progress_key == "done" else "progress", view, [(progress_key, "s1")],
-              top=float(view["total"] or 1) if progress_key == "done" else 1.0, now=now,
-              thresholds=[(view["total"], "thw", "total %d" % view["total"])] if view["total"] and
-              progress_key == "done" else []),
+    if jobs is not None:  # one chart per job of the box: two experiments never share (and zig-zag) one line
+        charts = [_job_chart(job, now) for job in jobs]
+    else:
+        charts = [chart("items done" if progress_key == "done" else "progress", view, [(progress_key, "s1")],
+                        top=float(view["total"] or 1) if progress_key == "done" else 1.0, now=now,
+                        thresholds=[(view["total"], "thw", "total %d" % view["total"])] if view["total"] and
+                        progress_key == "done" else [])]
+    charts += [
         chart("GPU util / memory %", view, [("gpu_util", "s1"), ("gpu_mem", "s2")], now=now),
         chart("data disk bytes %", view, [("data_b", "s1")], thresholds=disk, now=now),
         chart("data disk inodes %", view, [("data_i", "s2")], thresholds=disk, now=now),
@@ -369,8 +462,12 @@ def index(fleet, now, files=None, window=WINDOW):
     views = fleet_views(fleet, now, window)
     hosts = []
     for view in views:
-        entry = dict((key, value) for key, value in view.items() if key not in ("series", "start"))
+        entry = dict((key, value) for key, value in view.items() if key not in ("series", "start", "jobs_view"))
         entry["points"] = dict((key, len(thin(points))) for key, points in view["series"].items())
+        if view.get("jobs_view") is not None:  # each job of the host, with the points of its own charts
+            entry["by_job"] = [dict([(key, value) for key, value in job.items() if key not in ("series", "start")] + [
+                ("points", dict((key, len(thin(points))) for key, points in job["series"].items()))])
+                for job in view["jobs_view"]]
         if files and view["host"] in files:
             entry["history_file"] = files[view["host"]]
         hosts.append(entry)

@@ -32,7 +32,7 @@ PATROL_ESCALATE_WARN = ("log_stale",)
 # trained files that are not durable), then a dead job, which says more than the crash markers in its log.
 PATROL_PRIORITY = ("command_not_found", "sync_failed", "xid_fatal", "job_gone_incomplete", "job_missing",
                    "probe_timeout", "interpreter_missing", "probe_failed", "job_crashed", "oom_killed", "throttle_active",
-                   "log_stale", "item_crashed", "gpu_sample_empty", "xid_app_fault")
+                   "log_stale", "item_too_fast", "item_crashed", "gpu_sample_empty", "xid_app_fault")
 
 
 # A finished queue on a box that still bills (a WARN) comes last: every other finding says more.
@@ -85,6 +85,8 @@ def job_line(job, stale_codes=(), tail_lines=3, width=160):
         words.append("(%d failed)" % job["items_failed"])
     if fleet_table.integer(job.get("items_sync_failed")):
         words.append("(%d trained, not synced)" % job["items_sync_failed"])
+    if fleet_table.integer(job.get("items_too_fast")):
+        words.append("(%d too fast)" % job["items_too_fast"])
     progress = _progress_text(job.get("progress"))
     if progress:
         words.append(progress)
@@ -113,6 +115,25 @@ def job_line(job, stale_codes=(), tail_lines=3, width=160):
     return line
 
 
+def job_summary(job):
+    """A job in the JOBS column: ``train DONE 3/3``, ``exp2 ALIVE 1/4 (1 too fast)``."""
+    text = "%s %s" % (job.get("name"), _job_state(job))
+    total = fleet_table.integer(job.get("items_total"))
+    if total:
+        text += " %d/%d" % (fleet_table.integer(job.get("items_done")) or 0, total)
+    if fleet_table.integer(job.get("items_too_fast")):
+        text += " (%d too fast)" % job["items_too_fast"]
+    return text
+
+
+def progress_summary(jobs):
+    """The PROGRESS column: the one job's progress (``epoch 12/20``), or each job's with its name
+    (``train epoch 2/2, exp2 epoch 5``) so that two experiments on one box are never confused."""
+    if len(jobs) == 1:
+        return _progress_text(jobs[0].get("progress")) or "-"
+    return ", ".join("%s %s" % (j.get("name"), _progress_text(j.get("progress")) or "-") for j in jobs) or "-"
+
+
 def _gpu_text(gpus):
     gpus = [gpu for gpu in gpus if isinstance(gpu, dict)] if isinstance(gpus, list) else []
     if not gpus:
@@ -136,7 +157,8 @@ def _no_answer_row(host, platform, probe):
     else:
         row = fleet_table.no_result_row(host, platform)
         line = "%s NO_RESULT: %s" % (host, row["top_finding"])
-    row.update(line=line, reasons=[row["top_finding"]], jobs=[], gpus=None, gpu="-", jobs_summary="-", progress="-")
+    row.update(line=line, reasons=[row["top_finding"]], jobs=[], gpus=None, gpu="-", jobs_summary="-", progress="-",
+               probed=False)
     return row
 
 
@@ -154,7 +176,8 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     probe = record.get("probe")
     if not isinstance(probe, dict) or probe.get("unreachable"):
         return _no_answer_row(host, platform, probe)
-    if probe.get("failed") and not probe.get("jobs") and not probe.get("findings"):
+    probed = not (probe.get("failed") and not probe.get("jobs") and not probe.get("findings"))
+    if not probed:
         findings = [fleet_table.probe_failure(probe, "patrol", probe="job_status", timeout_hint="patrol_host_timeout",
                                               interpreter=record.get("interpreter"), platform=record.get("platform"))]
     else:
@@ -189,7 +212,9 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     if record.get("durable_dir") and record.get("durable_dir") != record.get("data_dir"):
         tiers += " durable %s/%s" % (_pct(durable.get("bytes_pct")), _pct(durable.get("inodes_pct")))
     gpu = _gpu_text(probe.get("gpus"))
-    words = [host, verdict, "; ".join(parts) or "no job", "|", tiers + " (%bytes/%inodes)", "| gpu", gpu]
+    no_jobs = probed and not jobs and any(f.get("code") == "no_jobs" for f in findings)
+    words = [host, verdict, "; ".join(parts) or ("no jobs (nothing launched)" if no_jobs else "no job"), "|",
+             tiers + " (%bytes/%inodes)", "| gpu", gpu]
     if reasons:
         codes = []
         for reason in reasons:
@@ -201,10 +226,8 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
         "host": host,
         "platform": platform,
         "verdict": verdict,
-        "jobs_summary": ", ".join("%s %s" % (j.get("name"), _job_state(j)) + (
-            " %d/%d" % (fleet_table.integer(j.get("items_done")) or 0, fleet_table.integer(j["items_total"]))
-            if fleet_table.integer(j.get("items_total")) else "") for j in jobs) or "-",
-        "progress": ", ".join(_progress_text(j.get("progress")) or "-" for j in jobs) or "-",
+        "jobs_summary": ", ".join(job_summary(j) for j in jobs) or ("no jobs" if no_jobs else "-"),
+        "progress": progress_summary(jobs),
         "data_bytes_pct": data.get("bytes_pct"),
         "data_inodes_pct": data.get("inodes_pct"),
         "durable_bytes_pct": durable.get("bytes_pct"),
@@ -214,6 +237,9 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
         "reasons": reasons,
         "findings": findings,
         "jobs": [dict(job, state=_job_state(job)) for job in jobs],
+        # the probe answered (its jobs are the box's jobs, [] when it has none); false for a host that did not
+        "probed": probed,
+        "no_jobs": no_jobs,
         "gpus": probe.get("gpus"),
         "oom_kills": probe.get("oom_kills"),
         "line": " ".join(words),

@@ -18,6 +18,7 @@ PROM_METRICS = (
     ("trainer_job_items_done", "Queue items finished with exit code 0."),
     ("trainer_job_items_failed", "Queue items finished with a non-zero exit code."),
     ("trainer_job_items_total", "Queue length the job should finish (0: not graded)."),
+    ("trainer_job_items_too_fast", "Queue items that exited 0 sooner than launch_min_seconds (they did not train)."),
     ("trainer_job_progress", "Last progress value (epoch or step) since the latest start."),
     ("trainer_job_crash_markers", "Crash markers in the log since the latest start."),
     ("trainer_job_log_age_seconds", "Seconds since the job's log was last written."),
@@ -72,6 +73,7 @@ def prometheus_text(rows, now):
             add("trainer_job_items_done", labels, job.get("items_done") or 0)
             add("trainer_job_items_failed", labels, job.get("items_failed") or 0)
             add("trainer_job_items_total", labels, job.get("items_total") or 0)
+            add("trainer_job_items_too_fast", labels, job.get("items_too_fast") or 0)
             add("trainer_job_crash_markers", labels, job.get("crash_marker_count") or 0)
             progress = job.get("progress") if isinstance(job.get("progress"), dict) else {}
             if progress.get("value") is not None:

@@ -18,8 +18,10 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import
 
 
 # What each job reports of its items' status files (job["items"]): enough for autopilot to know which item to
-# resume from and whether every item's files are durable.
-ITEM_KEYS = ("item", "state", "exit_code", "finished", "sync_dest", "synced", "unsynced")
+# resume from, whether every item's files are durable, and which items ended too fast to count (jobs.mark_too_fast:
+# ``seconds``, ``too_fast``).
+ITEM_KEYS = ("item", "state", "exit_code", "started", "finished", "seconds", "too_fast", "sync_dest", "synced",
+             "unsynced")
 
 
 class StatusError(Exception):
@@ -84,6 +86,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
                                 "Relaunch with playbooks/launch.yml, which writes the record, or remove the file.",
                                 job=spec["name"]))
     share = share_of(queue, items, spec["queue_length"])
+    min_seconds, too_fast_level = jobs.min_seconds_of(queue)
+    share["items"] = jobs.mark_too_fast(share["items"], min_seconds)
     try:
         found = scan_log_file(log_path, regex, params, inside)
     except job_log.LogRefused as exc:
@@ -117,6 +121,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "items_done": sum(1 for item in share["items"] if item["exit_code"] == 0),
         "items_failed": sum(1 for item in share["items"] if item["exit_code"] not in (0, None)),
         "items_sync_failed": sum(1 for item in share["items"] if item["state"] == job_layout.STATE_SYNC_FAILED),
+        "items_too_fast": sum(1 for item in share["items"] if item["too_fast"]),
+        "min_seconds": min_seconds,
         "items_total": share["total"],
         "items_source": share["source"],
         "queue_items": share["ids"],
@@ -145,6 +151,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
                                                       launched if isinstance(launched, (int, float)) else None,
                                                       boot_epoch)
     findings.extend(item_findings(job, items, scan["not_found"]))
+    fast = jobs.too_fast_finding(spec["name"], share["items"], min_seconds, too_fast_level)
+    findings.extend([fast] if fast else [])
     return job, findings
 
 

@@ -9,6 +9,9 @@ The layout of the job's files is job_layout.py's, the wrapper job_wrapper.py's, 
 
 from __future__ import annotations
 
+import calendar
+import time
+
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_log import KILLED_RE
 
@@ -90,3 +93,60 @@ def job_findings(job, stale_seconds):
             "the cgroup's oom_kill counter rose by %d since %s was launched" % (delta, name),
             "Lower the batch size or num_workers, or raise the memory limit; see memory.max.", job=name))
     return found
+
+
+def _epoch(text):
+    """Seconds since the epoch of a status time (``2026-07-03T21:40:02Z``, as job_layout.now_iso writes it), or
+    None when it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def item_seconds(item):
+    """How long an item ran (``finished`` - ``started`` of its status, whole seconds), or None when either time is
+    missing or not a status time, or the item finished before it started."""
+    started, finished = _epoch(item.get("started")), _epoch(item.get("finished"))
+    if started is None or finished is None or finished < started:
+        return None
+    return int(finished - started)
+
+
+def min_seconds_of(queue):
+    """(min seconds, level) of launch's queue record (``launch_min_seconds`` and ``launch_min_seconds_fail`` as
+    launch recorded them): (None, None) without a record or when it records none, or 0 (the check is off)."""
+    value = (queue or {}).get("min_seconds")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None, None
+    return value, "FAIL" if (queue or {}).get("min_seconds_fail") is True else "WARN"
+
+
+def mark_too_fast(items, min_seconds):
+    """Each item (dicts as job_layout.item_statuses returns them) with ``seconds`` (item_seconds) and ``too_fast``:
+    it exited 0 sooner than ``min_seconds`` (None: not checked, never too fast). An item whose times are unknown is
+    not too fast. Returns new dicts."""
+    marked = []
+    for item in items:
+        seconds = item_seconds(item)
+        fast = bool(min_seconds) and item.get("exit_code") == 0 and seconds is not None and seconds < min_seconds
+        marked.append(dict(item, seconds=seconds, too_fast=fast))
+    return marked
+
+
+def too_fast_finding(name, items, min_seconds, level):
+    """The ``item_too_fast`` finding (``level``: WARN, or FAIL when launch recorded launch_min_seconds_fail) of a
+    job whose ``items`` (mark_too_fast) include some that exited 0 sooner than ``min_seconds``; None when none did."""
+    fast = [item for item in items if item.get("too_fast")]
+    if not fast:
+        return None
+    return finding(
+        level, "item_too_fast",
+        "%s: %d item(s) exited 0 sooner than launch_min_seconds (%d s), so they did not train: %s" % (
+            name, len(fast), min_seconds, ", ".join("%s (%d s)" % (item["item"], item["seconds"]) for item in fast)),
+        "Read each item's log (trainer-item.log next to its outputs): a run this short usually found no data, "
+        "skipped training or resumed a finished checkpoint. Fix the cause, remove the item's status.json and "
+        "relaunch; if the run is really that short, lower launch_min_seconds.",
+        job=name, items=[item["item"] for item in fast], min_seconds=min_seconds)

@@ -23,7 +23,9 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
                               torch/version.py without importing torch (torch_build.py; a record with "reason"
                               when torch is not installed there or the probe failed)
     queue.json                this host's share of the queue (queue_record; read by job_layout.read_queue): what
-                              patrol grades the job against and what teardown pulls by default
+                              patrol grades the job against and what teardown pulls by default; its
+                              "min_seconds" (launch_min_seconds) and "min_seconds_fail" say when an item that
+                              exited 0 was too fast to count (job_status: too_fast, item_too_fast)
     queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten (launch_scripts.py)
     run-item-<sha12>.sh       the run wrapper for one item; never rewritten (launch_scripts.py)
     main.pid                  PID of the running item's command (the sampler reads its RSS)
@@ -86,17 +88,25 @@ def assign(queue, hosts):
     return rows
 
 
-def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=()):
+def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=(),
+                 min_seconds=None, min_seconds_fail=False):
     """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each
-    with its output directory and durable destination (None when the sync is off), and the length of the whole
-    queue. Deterministic: the same launch gives the same record."""
+    with its output directory and durable destination (None when the sync is off), the length of the whole
+    queue, and ``min_seconds`` (launch_min_seconds: an item that exits 0 sooner is too fast, jobs.mark_too_fast;
+    0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN). Deterministic: the same
+    launch gives the same record."""
     if not isinstance(queue_length, int) or queue_length < len(items):
         raise ValueError("queue_length %r is less than the %d item(s) of this host" % (queue_length, len(items)))
+    if min_seconds is not None and (isinstance(min_seconds, bool) or not isinstance(min_seconds, int)
+                                    or min_seconds < 0):
+        raise ValueError("launch_min_seconds must be a whole number of seconds, 0 or more (0 turns the check off), "
+                         "got %r" % (min_seconds,))
     output_root, durable_root = output_root.rstrip("/"), (durable_root or "").rstrip("/")
     return {
         "version": 1, "job": name, "run_id": run_id, "host": host, "queue_length": queue_length,
         "output_root": output_root, "durable_root": durable_root or None,
         "best": list(best or ()), "scratch": list(scratch or ()),
+        "min_seconds": min_seconds or 0, "min_seconds_fail": bool(min_seconds_fail),
         "items": [{"item": row["item"], "arg": row["arg"], "output_dir": "%s/%s" % (output_root, row["item"]),
                    "sync_dest": "%s/%s" % (durable_root, row["item"]) if durable_root else None} for row in items],
     }

@@ -127,8 +127,9 @@ options:
   history_dir:
     description:
       - Append one compact record per reported host to C(<history_dir>/<host>.jsonl) on the controller (time,
-        verdict, top finding, items done and total, progress, data and durable bytes and inodes %, GPU utilisation
-        and memory %, and the price per hour of a box that bills, C(trainer_billed) and C(trainer_price_per_hour)).
+        verdict, top finding, every job of the box by name in C(by_job) with its state, items done and total,
+        items too fast, progress and log age, data and durable bytes and inodes %, GPU utilisation and memory %,
+        and the price per hour of a box that bills, C(trainer_billed) and C(trainer_price_per_hour)).
         Omit to keep no history.
       - A host name becomes a file name of the characters C([A-Za-z0-9._-]) (plus a hash of the name when others
         were replaced); a name with a path separator is refused with a warning. A symlink in the directory is never
@@ -142,8 +143,9 @@ options:
       - Write the fleet dashboard, one self-contained HTML page (no script, no network fetch), from the history
         of every host in O(history_dir), and its JSON index next to it (the same name ending in C(.json)).
         Must end in C(.html) and needs O(history_dir). Omit to write none.
-      - A card per host (verdict, top finding and its action, queue, progress, log age, GPU, disks, price), trend
-        charts over the last O(chart_days) days, the fleet summary (verdicts, queue completion, estimated finish,
+      - A card per host (verdict, top finding and its action, queue, each job's state, items, progress and log
+        age, GPU, disks, price), trend charts over the last O(chart_days) days (one per job of the host, so two
+        experiments on one box are two lines), the fleet summary (verdicts, queue completion, estimated finish,
         money spent and burning per hour) and, on top, the danger clocks and C(idle_billing) hosts.
     type: path
   chart_days:
@@ -212,11 +214,15 @@ table:
   returned: when no host fails (on failure the table is already printed and the rows are in the report)
   sample: ["HOST    PLATFORM  GPUS       VERDICT ...", "lab-01  autodl    1x H100 ... PASS ..."]
 rows:
-  description: One dict per host, as written to the report.
+  description:
+    - One dict per host, as written to the report.
+    - With O(kind=patrol), C(jobs) holds every job job_status reported (each with its C(state)), C(probed) says
+      whether the probe answered, and C(no_jobs) is true for a box without any job (shown, never a failure).
   type: list
   elements: dict
   returned: when no host fails
-  sample: [{"host": "lab-01", "platform": "autodl", "verdict": "PASS"}]
+  sample: [{"host": "lab-01", "platform": "autodl", "verdict": "PASS", "probed": true, "no_jobs": false,
+            "jobs_summary": "exp2 ALIVE 0/1, train DONE 1/1", "progress": "exp2 epoch 37/100, train epoch 2/2"}]
 summary:
   description: Number of hosts per verdict.
   type: dict

@@ -25,6 +25,12 @@ description:
     written by the run wrapper as C({"item": "007", "exit_code": 0, "started": "<iso>", "finished": "<iso>"}).
     An item is done when its C(exit_code) is 0. The job's own final status is C(<run_dir>/<name>/status.json).
   - >-
+    An item that exited 0 sooner than the C(min_seconds) of launch's record (C(launch_min_seconds), 30 by default)
+    is C(too_fast): a training run of a few seconds found no data or skipped training. The job's C(items_too_fast)
+    counts them and one C(item_too_fast) finding names them, WARN, or FAIL when launch recorded
+    C(launch_min_seconds_fail). Its state stays C(done) (a relaunch does not rerun it); the autopilot does not count
+    it toward a finished queue.
+  - >-
     An item whose command succeeded but whose files did not reach the durable tier has the state C(sync_failed)
     (C(exit_code) 1, C(command_exit_code) 0, C(unsynced) the files, C(sync_error) the reason): a C(sync_failed)
     finding (FAIL) names them. A relaunch retries only its sync, never its command.
@@ -75,7 +81,8 @@ options:
     type: path
   queue_length:
     description:
-      - Number of queue items the job named by O(name) should finish; C(0) does not grade completion.
+      - Number of queue items the job named by O(name) should finish (without O(name) and O(jobs), each job found
+        under O(run_dir)); C(0) does not grade completion.
       - Only for a job that the launch role did not start. A job that it started is graded against this host's
         share of the queue, as launch recorded it in C(queue.json) in the job directory, and this option is then
         ignored (the whole queue's length is the record's).
@@ -209,6 +216,12 @@ jobs:
     - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
       C(failed) or C(sync_failed). C(sync_dest) is the durable directory, null when the sync is off. C(synced) is
       the number of verified durable copies it records. C(unsynced) lists the files that are not durable.
+      C(seconds) is how long it ran (C(finished) - C(started), null when either is unknown). C(too_fast) is true
+      when it exited 0 sooner than the C(min_seconds) that launch recorded (C(launch_min_seconds)), so such an item
+      did not train, and the autopilot does not count it toward a finished queue.
+    - C(min_seconds) is that record (null when launch recorded none, or 0), C(items_too_fast) the number of items
+      that were too fast; they make one C(item_too_fast) finding per job (WARN, or FAIL when launch recorded
+      C(launch_min_seconds_fail)).
   type: list
   elements: dict
   returned: always
@@ -219,14 +232,17 @@ jobs:
       items_done: 17
       items_failed: 1
       items_sync_failed: 0
+      items_too_fast: 0
+      min_seconds: null
       items_total: 24
       items_source: queue_length
       queue_items: null
       queue_length: 24
       run_id: null
       items:
-        - {item: "016", state: sync_failed, exit_code: 1, finished: "2026-07-03T21:40:02Z",
-           sync_dest: /root/autodl-fs/runs/ablations/016, synced: 0, unsynced: [best.pt, trainer-item.log]}
+        - {item: "016", state: sync_failed, exit_code: 1, started: "2026-07-03T20:11:40Z", finished: "2026-07-03T21:40:02Z",
+           seconds: 5302, too_fast: false, sync_dest: /root/autodl-fs/runs/ablations/016, synced: 0,
+           unsynced: [best.pt, trainer-item.log]}
       last_exit_code: null
       progress: {text: "Epoch 3/20", unit: epoch, value: 3, total: 20, line_no: 5120}
       crash_markers: [{line_no: 5133, kind: traceback, text: "Traceback (most recent call last):"}]
@@ -314,6 +330,13 @@ findings:
         trainer-item.log. Reason: checked_sync failed: not enough room to copy 2 file(s) into ... inodes ..."
       action: Fix the cause on the durable tier (free inodes or space there), then relaunch; only the sync is retried.
     - level: WARN
+      code: item_too_fast
+      job: train
+      items: ["000"]
+      min_seconds: 30
+      message: "train: 1 item(s) exited 0 sooner than launch_min_seconds (30 s), so they did not train: 000 (2 s)"
+      action: Read each item's log; fix the cause, remove the item's status.json and relaunch.
+    - level: WARN
       code: job_meta_untrusted
       job: ablations
       message: "ablations: job.meta.json is ignored: /root/.trainer/jobs/ablations/job.meta.json is writable by
@@ -378,9 +401,11 @@ def validate(params):
     if params["jobs"] is not None and (params["log_path"] is not None or params["queue_length"]):
         raise StatusError("log_path and queue_length apply to name only: with jobs, give them in each entry of jobs")
     if params["jobs"] is None and params["name"] is None:
-        if params["log_path"] is not None or params["queue_length"]:
-            raise StatusError("log_path and queue_length apply to name only: give name, or leave all three out to "
-                              "report every job under run_dir")
+        if params["log_path"] is not None:
+            raise StatusError("log_path applies to name only: give name, or leave both out to report every job under "
+                              "run_dir")
+        if params["queue_length"] < 0:
+            raise StatusError("queue_length must be 0 or more")
         job_list = None
     else:
         job_list = params["jobs"] if params["jobs"] is not None else [
@@ -424,8 +449,9 @@ def job_metas(params, job_list):
     return [job_layout.trusted_meta(job_layout.job_paths(run_dir, spec["name"]))[0] for spec in job_list]
 
 
-def discovered_jobs(run_dir):
-    """(job specs, findings) of every job under ``run_dir``."""
+def discovered_jobs(run_dir, queue_length=0):
+    """(job specs, findings) of every job under ``run_dir``, each graded against ``queue_length`` unless launch
+    recorded its share (queue.json)."""
     names, problem = job_layout.discover_jobs(run_dir)
     notes = []
     if problem:
@@ -434,7 +460,7 @@ def discovered_jobs(run_dir):
     if not names and not problem:
         notes.append(finding("INFO", "no_jobs", "No job under %s: nothing was launched there" % run_dir,
                              "Launch with playbooks/launch.yml, or give the run directory the jobs were started in."))
-    return [{"name": name, "log_path": None, "queue_length": 0} for name in names], notes
+    return [{"name": name, "log_path": None, "queue_length": queue_length} for name in names], notes
 
 
 def run(module):
@@ -444,7 +470,7 @@ def run(module):
     discovered = job_list is None
     findings = []
     if discovered:
-        job_list, findings = discovered_jobs(run_dir)
+        job_list, findings = discovered_jobs(run_dir, params["queue_length"])
     now = time.time()
     uptime = procfs.read_uptime()
     boot_epoch = now - uptime if uptime is not None else None

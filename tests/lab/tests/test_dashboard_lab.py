@@ -64,7 +64,7 @@ class Dom(html.parser.HTMLParser):
 
     def __init__(self, text):
         super().__init__(convert_charrefs=True)
-        self.cards, self.tags, self.card = {}, [], None
+        self.cards, self.tags, self.card, self.job = {}, [], None, None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
@@ -76,8 +76,11 @@ class Dom(html.parser.HTMLParser):
             self.card["verdict"] = attrs["data-verdict"]
         elif self.card is not None and "data-top" in attrs:
             self.card["top"] = attrs["data-top"]
+        elif tag == "figure":
+            self.job = attrs.get("data-job")  # a job's own chart (items done or progress), else the host's
         elif self.card is not None and tag == "polyline":
-            self.card["charts"][attrs["data-series"]] = (int(attrs["data-points"]), len(attrs["points"].split()))
+            self.card["charts"][(self.job, attrs["data-series"])] = (int(attrs["data-points"]),
+                                                                     len(attrs["points"].split()))
 
     def handle_data(self, data):
         if self.card is not None:
@@ -144,10 +147,13 @@ def test_chromium_shows_every_card_its_charts_and_no_console_error(fleet, ticks,
         # one point per history record that holds the value
         records = [json.loads(line) for line in (out / "history" / ("%s.jsonl" % host)).read_text().splitlines()]
         assert len(records) == TICKS
-        for series, (declared, drawn) in card["charts"].items():
-            expected = len([r for r in records if isinstance(r.get(series), (int, float))])
-            assert declared == drawn == expected, (host, series, declared, drawn, expected)
-        assert card["charts"]["data_i"][0] == TICKS and card["charts"]["gpu_util"][0] == TICKS
+        for (job, series), (declared, drawn) in card["charts"].items():
+            values = [((r.get("by_job") or {}).get(job) or {}) if job else r for r in records]
+            expected = len([v for v in values if isinstance(v.get(series), (int, float))])
+            assert declared == drawn == expected, (host, job, series, declared, drawn, expected)
+        assert card["charts"][(None, "data_i")][0] == TICKS and card["charts"][(None, "gpu_util")][0] == TICKS
+        # each job of the box has a chart of its own (here one job, train, per box)
+        assert [job for job, _series in card["charts"] if job] == ["train"], card["charts"]
     # the log line's HTML is text in the DOM, never an element
     assert "img" not in dom.tags and "script" not in dom.tags
     assert INJECTION in "".join(dom.cards["lab-04"]["text"])

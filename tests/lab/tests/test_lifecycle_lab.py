@@ -80,7 +80,9 @@ def test_launch_patrol_teardown_as_the_readme_says(fleet, src, tmp_path):
 
     # 1. launch.yml -l autodl with a queue of three items
     proc = playbook(fleet, laptop, "launch.yml", "-l", "autodl", "-e", "launch_src=%s" % src,
-                    "-e", "launch_command='bash train.sh'", "-e", json.dumps({"launch_queue": QUEUE}))
+                    "-e", "launch_command='bash train.sh'",
+                    # its items take a second: launch_min_seconds 0, or each would be item_too_fast (a WARN)
+                    "-e", json.dumps({"launch_queue": QUEUE, "launch_min_seconds": 0}))
     assert proc.returncode == 0, shown(proc)
     for host, ids in SHARE.items():
         assert wait_finished(fleet, host, "train")["exit_code"] == 0

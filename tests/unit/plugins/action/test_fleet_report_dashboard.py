@@ -54,7 +54,7 @@ def test_each_run_appends_a_record_per_host_and_draws_the_page_and_index(tmp_pat
     history = tmp_path / "reports" / "history"
     assert sorted(os.listdir(str(history))) == [".lock", "lab-01.jsonl", "lab-02.jsonl"]
     lines = (history / "lab-02.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and json.loads(lines[-1])["done"] == 1 and json.loads(lines[-1])["price"] == 2.5
+    assert len(lines) == 3 and json.loads(lines[-1])["by_job"]["train"]["done"] == 1 and json.loads(lines[-1])["price"] == 2.5
     assert result["html_path"].endswith("fleet.html") and result["index_path"].endswith("fleet.json")
     assert result["history_warnings"] == []
     page = (tmp_path / "reports" / "fleet.html").read_text()

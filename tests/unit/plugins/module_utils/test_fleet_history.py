@@ -24,10 +24,33 @@ def test_record_of_a_patrol_row_is_compact_and_complete():
     record = fleet_history.history_record(row, "patrol", NOW + 0.7, price=2.4, currency="EUR")
     assert record == {"t": NOW, "v": 1, "kind": "patrol", "host": "lab-01", "platform": "autodl", "verdict": "FAIL",
                       "top": "job_crashed", "msg": "RuntimeError: <b>boom</b>", "action": "act",
-                      "data_b": 3, "data_i": 1, "dur_b": 40, "dur_i": 91, "done": 3, "total": 7, "prog": 12,
-                      "prog_total": 20, "unit": "epoch", "log_age": 20, "jobs": "train ALIVE 3/7",
+                      "data_b": 3, "data_i": 1, "dur_b": 40, "dur_i": 91,
+                      "by_job": {"train": {"st": "ALIVE", "done": 3, "total": 7, "log_age": 20, "prog": 12,
+                                           "prog_total": 20, "unit": "epoch"}},
                       "gpu_util": 97, "gpu_mem": 86.1, "gpu_count": 1, "price": 2.4, "cur": "EUR"}
     assert len(json.dumps(record, separators=(",", ":"))) < 400
+
+
+def test_every_job_of_the_host_is_recorded_by_name_and_a_box_without_jobs_as_none():
+    jobs = [job(name="train", alive=False, last_exit_code=0, items_done=1, items_total=1, items_too_fast=1,
+                progress={"unit": "epoch", "value": 2, "total": 2}),
+            job(name="exp2", items_done=0, items_total=1, progress={"unit": "step", "value": 500})]
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe(jobs)))
+    record = fleet_history.history_record(row, "patrol", NOW)
+    assert record["by_job"] == {
+        "train": {"st": "DONE", "done": 1, "total": 1, "fast": 1, "log_age": 20, "prog": 2, "prog_total": 2,
+                  "unit": "epoch"},
+        "exp2": {"st": "ALIVE", "done": 0, "total": 1, "log_age": 20, "prog": 500, "unit": "step"}}
+    assert "prog" not in record and "done" not in record  # no host-level progress that would mix the two
+    no_jobs = dict(probe([], [dict(finding_of("INFO", "no_jobs", "No job under /root/.trainer/jobs"), job=None)]))
+    record = fleet_history.history_record(fleet_patrol.patrol_row("lab-02", patrol_record(no_jobs)), "patrol", NOW)
+    assert record["by_job"] == {} and record["verdict"] == "PASS"
+    down = fleet_patrol.patrol_row("lab-03", patrol_record({"unreachable": True, "msg": "ssh: connect"}))
+    assert "by_job" not in fleet_history.history_record(down, "patrol", NOW)  # unknown, not "no jobs"
+    # compaction keeps what each job's chart draws
+    old = dict(record, t=NOW - 30 * 86400, by_job={"a": {"st": "ALIVE", "done": 1, "log_age": 3, "prog": 4}})
+    (slim,) = fleet_history.compact([old], NOW)
+    assert slim["by_job"] == {"a": {"done": 1, "prog": 4}}
 
 
 def test_record_of_idle_billing_and_of_preflight_and_no_answer_rows():

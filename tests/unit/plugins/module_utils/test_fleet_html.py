@@ -162,3 +162,61 @@ def test_hand_edited_records_of_any_type_are_a_page_not_a_traceback():
         text = fleet_html.render(fleet, NOW)
         assert 'data-host="lab-01"' in text
         json.dumps(fleet_html.index(fleet, NOW), default=str)
+
+
+def two_job_records(count, tick=300):
+    """A host running two experiments: train (items 0..count-1 of 20, epoch 50+i) and exp2 (step 10*i, no queue)."""
+    out = []
+    for i in range(count):
+        out.append({"t": NOW - (count - 1 - i) * tick, "v": 1, "kind": "patrol", "host": "lab-01",
+                    "platform": "autodl", "verdict": "PASS", "data_b": 50, "data_i": 60, "gpu_util": 90,
+                    "gpu_mem": 70, "by_job": {
+                        "train": {"st": "ALIVE", "done": i, "total": 20, "prog": 50 + i, "unit": "epoch",
+                                  "log_age": 5},
+                        "exp2": {"st": "ALIVE", "prog": 10 * i, "unit": "step", "log_age": 7,
+                                 **({"fast": 1} if i == count - 1 else {})}}})
+    return out
+
+
+def test_two_jobs_on_one_host_are_two_charts_never_one_zig_zag():
+    fleet = {"lab-01": two_job_records(4)}
+    page = Page(fleet_html.render(fleet, NOW))
+    figures = [a["data-job"] for a in page.all("figure") if "data-job" in a]
+    assert figures == ["exp2", "train"]  # one chart per (host, job)
+    charts = [a["data-chart"] for a in page.all("svg") if "data-chart" in a]
+    assert "exp2: progress" in charts and "train: items done" in charts
+    lines = [(line["data-series"], line["points"]) for line in page.all("polyline")]
+    exp2_points = [float(p.split(",")[1]) for p in lines[0][1].split()]
+    train_points = [float(p.split(",")[1]) for p in lines[1][1].split()]
+    # each series only rises (a y that only falls on the SVG): no point of the other job in between
+    assert lines[0][0] == "prog" and exp2_points == sorted(exp2_points, reverse=True) and len(exp2_points) == 4
+    assert lines[1][0] == "done" and train_points == sorted(train_points, reverse=True) and len(train_points) == 4
+    text = " ".join(page.text)
+    assert "job exp2" in text and "step 30" in text and "1 too fast" in text
+    assert "job train" in text and "3/20 items" in text and "epoch 53" in text
+    index = fleet_html.index(fleet, NOW)
+    (host,) = index["hosts"]
+    assert [(j["name"], j["state"], j["points"]) for j in host["by_job"]] == [
+        ("exp2", "ALIVE", {"done": 0, "prog": 4}), ("train", "ALIVE", {"done": 4, "prog": 4})]
+    assert (host["done"], host["total"]) == (3, 20) and index["summary"]["items_total"] == 20
+    assert host["by_job"][0]["too_fast"] == 1 and "series" not in host["by_job"][0]
+
+
+def test_a_host_without_jobs_says_so_and_is_no_failure():
+    record = dict(two_job_records(1)[0], by_job={})
+    page = Page(fleet_html.render({"lab-01": [record]}, NOW))
+    text = " ".join(page.text)
+    assert "none (nothing launched)" in text and [a["data-verdict"] for a in page.all("span")
+                                                  if "data-verdict" in a] == ["PASS"]
+    assert fleet_html.index({"lab-01": [record]}, NOW)["hosts"][0]["no_jobs"] is True
+
+
+def test_a_job_gone_from_the_latest_record_is_no_longer_drawn_and_old_records_still_are():
+    history = two_job_records(3)
+    history[-1] = dict(history[-1], by_job={"exp2": history[-1]["by_job"]["exp2"]})
+    page = Page(fleet_html.render({"lab-01": history}, NOW))
+    assert [a["data-job"] for a in page.all("figure") if "data-job" in a] == ["exp2"]
+    # a history written before jobs were recorded one by one: the host's own queue and progress, one chart
+    legacy = Page(fleet_html.render({"lab-01": records(3)}, NOW))
+    assert not [a for a in legacy.all("figure") if "data-job" in a]
+    assert [a["data-chart"] for a in legacy.all("svg")][0] == "items done" and "12/23 items" in legacy.text

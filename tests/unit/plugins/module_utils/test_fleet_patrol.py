@@ -16,6 +16,36 @@ def test_patrol_healthy_job_is_one_line_with_items_progress_and_log_age():
     assert row["jobs"][0]["state"] == "ALIVE" and row["gpu"] == "97% 70211/81559MiB"
 
 
+def test_two_jobs_on_one_box_are_both_on_the_line_and_in_the_table():
+    train = job(name="train", alive=False, last_exit_code=0, items_done=1, items_total=1, items_too_fast=1,
+                progress={"unit": "epoch", "value": 2, "total": 2})
+    exp2 = job(name="exp2", items_done=0, items_total=1, progress={"unit": "epoch", "value": 5})
+    too_fast = finding_of("WARN", "item_too_fast", "train: 1 item(s) exited 0 sooner than launch_min_seconds (30 s)")
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe([train, exp2], [too_fast])))
+    assert row["line"].startswith("lab-01 WARN train DONE items 1/1 (1 too fast) epoch 2/2 exit 0 log 0m; "
+                                  "exp2 ALIVE items 0/1 epoch 5 log 0m | data "), row["line"]
+    assert row["jobs_summary"] == "train DONE 1/1 (1 too fast), exp2 ALIVE 0/1"
+    assert row["progress"] == "train epoch 2/2, exp2 epoch 5"
+    assert [j["state"] for j in row["jobs"]] == ["DONE", "ALIVE"] and row["reasons"] == []  # a WARN: not escalated
+    assert row["top_finding"].startswith("item_too_fast: ")
+    table = fleet_table.render_table([row], fleet_patrol.COLUMNS)
+    assert "train DONE 1/1 (1 too fast), exp2 ALIVE 0/1" in table[1] and "train epoch 2/2, exp2 epoch 5" in table[1]
+    failing = dict(too_fast, level="FAIL")  # launch_min_seconds_fail: patrol escalates
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe([train, exp2], [failing])))
+    assert row["verdict"] == "FAIL" and row["line"].endswith("| escalate: item_too_fast")
+
+
+def test_a_box_without_jobs_is_shown_as_such_not_as_a_failure():
+    no_jobs = dict(finding_of("INFO", "no_jobs", "No job under /root/.trainer/jobs: nothing was launched there"),
+                   job=None)
+    row = fleet_patrol.patrol_row("lab-01", patrol_record(probe([], [no_jobs])))
+    assert row["verdict"] == "PASS" and row["reasons"] == [] and row["top_finding"] == "-"
+    assert row["line"].startswith("lab-01 PASS no jobs (nothing launched) | data ")
+    assert (row["jobs_summary"], row["progress"], row["no_jobs"], row["probed"]) == ("no jobs", "-", True, True)
+    down = fleet_patrol.patrol_row("lab-02", patrol_record({"unreachable": True, "msg": "ssh: connect"}))
+    assert (down["probed"], down["jobs"]) == (False, [])
+
+
 def test_patrol_gone_job_escalates_by_name_with_exit_and_last_lines():
     gone = job(alive=False, pid=None, items_done=2, last_exit_code=137, vanished_reason="oom_kill",
                oom_kills_since_launch=1,

@@ -75,6 +75,18 @@ def test_prometheus_textfile_has_no_job_series_for_an_unreachable_host():
     assert not any(key[1] and "lab-05" in key[1] and key[0].startswith("trainer_job") for key in samples)
 
 
+def test_every_job_of_a_host_is_its_own_series():
+    jobs = [job(name="train", alive=False, last_exit_code=0, items_done=1, items_total=1, items_too_fast=1),
+            job(name="exp2", items_done=0, items_total=1, progress={"unit": "step", "value": 500})]
+    samples = parse_exposition(fleet_prom.prometheus_text(
+        [fleet_patrol.patrol_row("lab-01", patrol_record(probe(jobs)))], 1790000000))
+    assert samples[("trainer_job_alive", 'host="lab-01",job="train"')] == 0
+    assert samples[("trainer_job_alive", 'host="lab-01",job="exp2"')] == 1
+    assert samples[("trainer_job_items_too_fast", 'host="lab-01",job="train"')] == 1
+    assert samples[("trainer_job_items_too_fast", 'host="lab-01",job="exp2"')] == 0
+    assert samples[("trainer_job_progress", 'host="lab-01",job="exp2",unit="step"')] == 500
+
+
 def test_exposition_reader_rejects_bad_lines():
     for bad in ('x{a="1"} 1\n', "# TYPE x gauge\nx{a=1} 1\n", "# HELP x h\n# TYPE x gauge\nx 1\nx 2\n",
                 "# HELP x h\n# TYPE x gauge\nx one\n"):

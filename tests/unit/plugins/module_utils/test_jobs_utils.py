@@ -298,3 +298,35 @@ def test_the_wrapper_ends_with_exit_74_when_its_log_cannot_be_written(tmp_path):
     assert proc.returncode == 74 and "cannot write the log" in proc.stdout
     assert json.loads((tmp_path / "j" / "status.json").read_text())["exit_code"] == 74
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("started, finished, seconds", [
+    ("2026-07-03T10:00:00Z", "2026-07-03T10:00:02Z", 2),
+    ("2026-07-03T23:59:59Z", "2026-07-04T00:00:29Z", 30),
+    ("2026-07-03T10:00:05Z", "2026-07-03T10:00:00Z", None),   # finished before it started: unknown
+    ("s", "f", None), (None, "2026-07-03T10:00:00Z", None), (3, 5, None)])
+def test_item_seconds(started, finished, seconds):
+    assert jobs.item_seconds({"started": started, "finished": finished}) == seconds
+
+
+@pytest.mark.parametrize("queue, expected", [
+    (None, (None, None)), ({}, (None, None)), ({"min_seconds": 0}, (None, None)), ({"min_seconds": True}, (None, None)),
+    ({"min_seconds": "30"}, (None, None)), ({"min_seconds": 30}, (30, "WARN")),
+    ({"min_seconds": 30, "min_seconds_fail": True}, (30, "FAIL")),
+    ({"min_seconds": 30, "min_seconds_fail": "yes"}, (30, "WARN"))])
+def test_min_seconds_of_the_queue_record(queue, expected):
+    assert jobs.min_seconds_of(queue) == expected
+
+
+def test_too_fast_items_and_their_one_finding():
+    items = [{"item": "000", "exit_code": 0, "started": "2026-07-03T10:00:00Z", "finished": "2026-07-03T10:00:02Z"},
+             {"item": "001", "exit_code": 0, "started": "2026-07-03T10:00:00Z", "finished": "2026-07-03T10:00:30Z"},
+             {"item": "002", "exit_code": 1, "started": "2026-07-03T10:00:00Z", "finished": "2026-07-03T10:00:01Z"}]
+    marked = jobs.mark_too_fast(items, 30)
+    assert [(i["seconds"], i["too_fast"]) for i in marked] == [(2, True), (30, False), (1, False)]
+    assert "seconds" not in items[0]  # new dicts
+    found = jobs.too_fast_finding("train", marked, 30, "WARN")
+    assert (found["code"], found["level"], found["items"], found["job"]) == ("item_too_fast", "WARN", ["000"], "train")
+    assert "000 (2 s)" in found["message"]
+    unchecked = jobs.mark_too_fast(items, None)
+    assert not any(i["too_fast"] for i in unchecked) and jobs.too_fast_finding("train", unchecked, None, None) is None

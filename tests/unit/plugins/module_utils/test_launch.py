@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -265,3 +266,16 @@ def test_the_queue_record_is_this_hosts_share_with_its_roots():
     assert launch.queue_record(mine, "train", "h1", "exp", 3, "/d", "")["items"][0]["sync_dest"] is None
     with pytest.raises(ValueError, match="less than"):
         launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")
+
+
+def test_the_queue_record_carries_launch_min_seconds_for_job_status():
+    mine = launch.assign(["a"], ["h1"])
+    record = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", min_seconds=30, min_seconds_fail=True)
+    assert (record["min_seconds"], record["min_seconds_fail"]) == (30, True)
+    # what job_status reads of it
+    assert jobs.min_seconds_of(record) == (30, "FAIL")
+    off = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")
+    assert (off["min_seconds"], off["min_seconds_fail"], jobs.min_seconds_of(off)) == (0, False, (None, None))
+    for bad in (-1, "30", True, 2.5):
+        with pytest.raises(ValueError, match="launch_min_seconds"):
+            launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", min_seconds=bad)

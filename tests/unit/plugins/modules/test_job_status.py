@@ -406,6 +406,52 @@ def test_an_empty_run_dir_is_no_jobs_not_a_failure(module_runner, tmp_path):
     assert (result["jobs"], codes(result), result["status"]) == ([], ["no_jobs"], "PASS")
 
 
-def test_queue_length_without_a_name_is_refused(module_runner, tmp_path):
-    failed, result = module_runner(job_status, {"run_dir": str(tmp_path), "queue_length": 3, "fail_on": "never"})
-    assert failed and "apply to name only" in result["msg"]
+def test_queue_length_without_a_name_grades_every_job_launch_did_not_start(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    final = {"item": None, "exit_code": 0, "started": "a", "finished": "b"}
+    make_job(run_dir, "hand", final=final, items=[("001", 0)])
+    queue_json(make_job(run_dir, "train", final=final, items=[("000", 0)]), ["000"], 1)
+    result = report(module_runner, {"run_dir": str(run_dir), "queue_length": 3})
+    hand, train = result["jobs"]
+    assert (hand["items_total"], hand["items_source"]) == (3, "queue_length")
+    assert (train["items_total"], train["items_source"]) == (1, "launch")  # launch's record, not queue_length
+    failed, result = module_runner(job_status, {"run_dir": str(run_dir), "log_path": "/x.log", "fail_on": "never"})
+    assert failed and "applies to name only" in result["msg"]
+
+
+def timed_item(job_dir, item, code, started, finished):
+    (job_dir / "items" / item).mkdir(parents=True, exist_ok=True)
+    (job_dir / "items" / item / "status.json").write_text(json.dumps(
+        {"item": item, "exit_code": code, "started": started, "finished": finished}))
+
+
+@pytest.mark.parametrize("fail, level", [(None, "WARN"), (True, "FAIL")])
+def test_an_item_that_exits_0_sooner_than_launch_min_seconds_is_too_fast(module_runner, tmp_path, fail, level):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "train", final={"item": None, "exit_code": 0, "started": "a", "finished": "b"})
+    timed_item(job_dir, "000", 0, "2026-07-03T10:00:00Z", "2026-07-03T10:00:02Z")   # 2 s: too fast
+    timed_item(job_dir, "001", 0, "2026-07-03T10:00:00Z", "2026-07-03T10:05:00Z")   # 300 s
+    timed_item(job_dir, "002", 3, "2026-07-03T10:00:00Z", "2026-07-03T10:00:01Z")   # failed: not "too fast"
+    timed_item(job_dir, "003", 0, "garbled", "2026-07-03T10:00:01Z")                # unknown: not judged
+    queue_json(job_dir, ["000", "001", "002", "003"], 4)
+    record = json.loads((job_dir / "queue.json").read_text())
+    record.update(min_seconds=30, **({"min_seconds_fail": fail} if fail is not None else {}))
+    (job_dir / "queue.json").write_text(json.dumps(record))
+    result = report(module_runner, {"run_dir": str(run_dir)})
+    (job,) = result["jobs"]
+    items = dict((item["item"], (item["seconds"], item["too_fast"], item["state"])) for item in job["items"])
+    assert items == {"000": (2, True, "done"), "001": (300, False, "done"), "002": (1, False, "failed"),
+                     "003": (None, False, "done")}
+    assert (job["items_too_fast"], job["min_seconds"], job["items_done"]) == (1, 30, 3)
+    (fast,) = [f for f in result["findings"] if f["code"] == "item_too_fast"]
+    assert (fast["level"], fast["job"], fast["items"], fast["min_seconds"]) == (level, "train", ["000"], 30)
+
+
+def test_a_record_without_min_seconds_checks_nothing(module_runner, tmp_path):
+    run_dir = tmp_path / "jobs"
+    job_dir = make_job(run_dir, "train")
+    timed_item(job_dir, "000", 0, "2026-07-03T10:00:00Z", "2026-07-03T10:00:02Z")
+    queue_json(job_dir, ["000"], 1)
+    (job,) = report(module_runner, {"run_dir": str(run_dir)})["jobs"]
+    assert (job["items"][0]["seconds"], job["items"][0]["too_fast"], job["items_too_fast"]) == (2, False, 0)
+    assert job["min_seconds"] is None
