@@ -34,7 +34,8 @@ def run_root(tmp_path):
 def teardown(local_inventory, tmp_path, run_root, *extra, approve="localhost", roster=("model.safetensors", "metrics.json"),
              **env):
     args = ["-e", json.dumps({"teardown_run_id": "exp42", "teardown_result_root": str(run_root),
-                              "teardown_roster": list(roster), "teardown_pull_root": str(tmp_path / "pulls")})]
+                              "teardown_roster": list(roster), "teardown_pull_root": str(tmp_path / "pulls"),
+                              "teardown_run_dir": str(tmp_path / "jobs")})]
     if approve is not None:
         args += ["-e", "teardown_approve=%s" % approve]
     return run_playbook(PLAYBOOK, local_inventory, *args, *extra, **env)
@@ -44,15 +45,22 @@ def pull_dir(tmp_path):
     return tmp_path / "pulls" / "localhost" / "exp42"
 
 
+def receipt_path(tmp_path):
+    """One receipt per host, beside the pull directories of its runs."""
+    return tmp_path / "pulls" / "localhost" / "TEARDOWN_RECEIPT.json"
+
+
 def test_verified_and_approved_writes_verified_file_and_receipt(local_inventory, tmp_path, run_root):
     proc = teardown(local_inventory, tmp_path, run_root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verified = json.loads((pull_dir(tmp_path) / "PULL_VERIFIED.json").read_text())
     assert verified["host"] == "localhost" and verified["run_id"] == "exp42"
     assert sorted(f["path"] for f in verified["files"]) == ["metrics.json", "model.safetensors"]
-    receipt = json.loads((pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").read_text())
+    receipt = json.loads(receipt_path(tmp_path).read_text())
     assert receipt["verb"] == "manual" and receipt["acted"] is False
-    assert receipt["manifest_sha256"] == verified["manifest_sha256"]
+    assert [(run["job"], run["run_id"], run["manifest_sha256"]) for run in receipt["runs"]] == [
+        (None, "exp42", verified["manifest_sha256"])]
+    assert receipt["runs"][0]["pull_dir"] == str(pull_dir(tmp_path)) and receipt["jobs_on_host"] == []
     assert (pull_dir(tmp_path) / "data" / "model.safetensors").read_bytes() == (run_root / "model.safetensors").read_bytes()
     assert "Nothing was stopped on localhost" in proc.stdout
 
@@ -67,19 +75,19 @@ def test_missing_roster_file_refuses_and_names_it(local_inventory, tmp_path, run
     proc = teardown(local_inventory, tmp_path, run_root, roster=("model.safetensors", "metrics.json", "best.pt"))
     assert_refused(proc, "manifest_unknown")
     assert "best.pt" in proc.stdout
-    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_path(tmp_path).exists()
 
 
 def test_one_byte_changed_on_the_controller_refuses(local_inventory, tmp_path, run_root):
     assert teardown(local_inventory, tmp_path, run_root).returncode == 0
-    (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").unlink()
+    receipt_path(tmp_path).unlink()
     pulled = pull_dir(tmp_path) / "data" / "metrics.json"
     pulled.write_text(pulled.read_text().replace("0.31", "0.32"))
     proc = teardown(local_inventory, tmp_path, run_root, "-e", "teardown_pull_files=false")
     assert_refused(proc, "no_pull_verified")
     assert "sha256_mismatch metrics.json" in proc.stdout
     assert not (pull_dir(tmp_path) / "PULL_VERIFIED.json").exists()
-    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_path(tmp_path).exists()
 
 
 def test_file_missing_from_the_pull_refuses(local_inventory, tmp_path, run_root):
@@ -103,7 +111,7 @@ def test_truncated_checkpoint_refuses_even_when_hashes_match(local_inventory, tm
 def test_approval_must_name_the_host(local_inventory, tmp_path, run_root, approve, code):
     proc = teardown(local_inventory, tmp_path, run_root, approve=approve)
     assert_refused(proc, code)
-    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_path(tmp_path).exists()
 
 
 def test_verified_file_for_another_run_refuses(local_inventory, tmp_path, run_root):
@@ -157,7 +165,7 @@ def test_api_verb_terminates_once_through_the_fake_and_records_it(local_inventor
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     posts = [(r["method"], r["path"], r["body"]) for r in fake.api_requests() if r["method"] != "GET"]
     assert posts == [("POST", "/api/v1/instance-operations/terminate", {"instance_ids": [record["id"]]})]
-    receipt_text = (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").read_text()
+    receipt_text = receipt_path(tmp_path).read_text()
     receipt = json.loads(receipt_text)
     assert receipt["command"] == [] and receipt["api"]["verb"] == "terminate" and receipt["api"]["state"] == "absent"
     assert receipt["api"]["request"] == "POST /api/v1/instance-operations/terminate"
@@ -169,5 +177,5 @@ def test_api_verb_without_the_key_stops_nothing_and_says_which_variable(local_in
                     LAMBDA_API_KEY="")
     assert proc.returncode != 0
     assert "the environment variable LAMBDA_API_KEY is not set on the controller" in proc.stdout, proc.stdout[-3000:]
-    assert not (pull_dir(tmp_path) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_path(tmp_path).exists()
     assert (pull_dir(tmp_path) / "PULL_VERIFIED.json").exists()  # the results are safe; only the stop is refused
