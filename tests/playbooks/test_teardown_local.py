@@ -179,3 +179,39 @@ def test_api_verb_without_the_key_stops_nothing_and_says_which_variable(local_in
     assert "the environment variable LAMBDA_API_KEY is not set on the controller" in proc.stdout, proc.stdout[-3000:]
     assert not receipt_path(tmp_path).exists()
     assert (pull_dir(tmp_path) / "PULL_VERIFIED.json").exists()  # the results are safe; only the stop is refused
+
+
+# --- every job on the host: a live job refuses the whole teardown, a roster included ---------------------------------
+
+def live_job(jobs_dir, name, proc):
+    """A job directory as detached_job leaves it, whose job is ``proc`` (a real process): its PID, its start time
+    (/proc/PID/stat field 22) and a log with a progress line."""
+    job = jobs_dir / name
+    job.mkdir(parents=True)
+    with open("/proc/%d/stat" % proc.pid, encoding="ascii") as handle:
+        start = handle.read().rsplit(")", 1)[1].split()[19]
+    (job / "job.pid").write_text("%d\n" % proc.pid)
+    (job / "job.starttime").write_text(start + "\n")
+    (job / "job.log").write_text("loading data\nepoch 11/60 loss 0.42\n")
+    return job
+
+
+def test_a_live_job_refuses_even_a_roster_and_names_the_job_and_its_progress(local_inventory, tmp_path, run_root):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    proc = subprocess.Popen(["sleep", "300"])  # the job that still runs
+    try:
+        live_job(tmp_path / "jobs", "exp2", proc)
+        refused = teardown(local_inventory, tmp_path, run_root)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert_refused(refused, "job_alive")
+    flat = " ".join(refused.stdout.split())
+    assert "job_alive: job exp2 under %s is running (0 item(s) done, progress 'epoch 11/60')" % (tmp_path / "jobs") in flat, flat
+    assert not (tmp_path / "pulls").exists()  # nothing was pulled while the job ran
+    assert not receipt_path(tmp_path).exists()
+    # the job is gone: the same command pulls the roster's run, verifies it and writes the receipt
+    done = teardown(local_inventory, tmp_path, run_root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    receipt = json.loads(receipt_path(tmp_path).read_text())
+    assert receipt["jobs_on_host"] == ["exp2"] and [run["run_id"] for run in receipt["runs"]] == ["exp42"]
