@@ -215,3 +215,55 @@ def test_a_live_job_refuses_even_a_roster_and_names_the_job_and_its_progress(loc
     assert done.returncode == 0, done.stdout + done.stderr
     receipt = json.loads(receipt_path(tmp_path).read_text())
     assert receipt["jobs_on_host"] == ["exp2"] and [run["run_id"] for run in receipt["runs"]] == ["exp42"]
+
+
+def launched_job(jobs_dir, durable, name, run_id, data):
+    """A finished job as launch and its run wrapper leave it: queue.json (one item, synced) and the item's status
+    with the sha256 recorded at sync time; its durable copy under ``durable``/<run_id>/000/."""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    dest = durable / run_id / "000"
+    dest.mkdir(parents=True)
+    (dest / "best.safetensors").write_bytes(data)
+    job = jobs_dir / name
+    (job / "items" / "000").mkdir(parents=True)
+    (job / "queue.json").write_text(json.dumps({
+        "version": 1, "job": name, "run_id": run_id, "host": "localhost", "queue_length": 1, "best": ["best*"],
+        "output_root": str(durable.parent / "outputs" / run_id), "durable_root": str(durable / run_id),
+        "items": [{"item": "000", "arg": "", "output_dir": str(durable.parent / "outputs" / run_id / "000"),
+                   "sync_dest": str(dest)}]}))
+    (job / "items" / "000" / "status.json").write_text(json.dumps({
+        "item": "000", "exit_code": 0, "state": "done", "sync_dest": str(dest),
+        "synced": [{"path": "best.safetensors", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]}))
+    return dest / "best.safetensors"
+
+
+def test_every_job_is_pulled_and_a_job_without_results_is_named_until_teardown_job_narrows(local_inventory, tmp_path):
+    jobs, durable = tmp_path / "jobs", tmp_path / "fs" / "runs"
+    launched_job(jobs, durable, "train", "train", safetensors_bytes((1.0, 2.0)))
+    launched_job(jobs, durable, "exp2", "exp2-lr3e4", safetensors_bytes((3.0, 4.0)))
+    (jobs / "smoke").mkdir()
+    (jobs / "smoke" / "job.log").write_text("hello\n")  # a job started by hand: no launch record, nothing to pull
+    common = ["-e", json.dumps({"teardown_run_dir": str(jobs), "teardown_pull_root": str(tmp_path / "pulls")}),
+              "-e", "teardown_approve=localhost"]
+    proc = run_playbook(PLAYBOOK, local_inventory, *common)
+    assert_refused(proc, "manifest_unknown")
+    flat = " ".join(proc.stdout.split())
+    assert "manifest_unknown: job smoke: the box's manifest could not be written" in flat, flat
+    for run_id in ("train", "exp2-lr3e4"):  # the others' results were pulled and verified all the same
+        verified = json.loads((tmp_path / "pulls" / "localhost" / run_id / "PULL_VERIFIED.json").read_text())
+        assert [f["path"] for f in verified["files"]] == ["durable/000/best.safetensors"]
+    assert not receipt_path(tmp_path).exists()
+    proc = run_playbook(PLAYBOOK, local_inventory, *common, "-e", "teardown_job=train")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    receipt = json.loads(receipt_path(tmp_path).read_text())
+    assert receipt["jobs"] == ["train"] and [run["run_id"] for run in receipt["runs"]] == ["train"]
+    assert receipt["jobs_on_host"] == ["exp2", "smoke", "train"]
+    proc = run_playbook(PLAYBOOK, local_inventory, *common)
+    assert_refused(proc, "manifest_unknown")  # without teardown_job, smoke still keeps the gate closed
+    import shutil  # pylint: disable=import-outside-toplevel
+    shutil.rmtree(str(jobs / "smoke"))
+    proc = run_playbook(PLAYBOOK, local_inventory, *common)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    receipt = json.loads(receipt_path(tmp_path).read_text())
+    assert receipt["jobs"] == ["exp2", "train"]
+    assert [(run["job"], run["run_id"]) for run in receipt["runs"]] == [("exp2", "exp2-lr3e4"), ("train", "train")]
