@@ -64,8 +64,8 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
     ``verified`` is the parsed PULL_VERIFIED.json for this host and run on the controller, or None.
     ``box_manifest_sha256`` is the sha256 of the manifest the box has now (from pull_manifest).
     """
-    return run_refusals(host, run_id, verified, box_manifest_sha256) + approval_refusals(host, approvals,
-                                                                                          approval_error)
+    refusals = run_refusals(host, run_id, verified, box_manifest_sha256)
+    return refusals + approval_refusals(host, approvals, approval_error)
 
 
 def approval_refusals(host, approvals, approval_error=None):

@@ -398,12 +398,14 @@ def main():
         try:
             failed = run_jobs(module, result)
         except ManifestError as exc:
-            module.fail_json(**dict(result, msg="pull_manifest failed: %s" % exc))
+            result["msg"] = "pull_manifest failed: %s" % exc
+            module.fail_json(**result)
         result["msg"] = "; ".join("%s: %s" % (entry["job"], entry["msg"]) if entry["sha256"] else entry["msg"]
                                   for entry in result["runs"])
         if failed:
-            module.fail_json(**dict(result, msg="pull_manifest failed for job(s) %s: %s" % (
-                ", ".join(entry["job"] for entry in failed), result["msg"])))
+            result["msg"] = "pull_manifest failed for job(s) %s: %s" % (
+                ", ".join(entry["job"] for entry in failed), result["msg"])
+            module.fail_json(**result)
         module.exit_json(**result)
     try:
         run(module, result)

@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: teardown_gate
-short_description: Refuse to stop a box's meter while a job runs on it, or unless every pull is verified and a person approved it by name
+short_description: Refuse to stop a box's meter while a job runs, or unless every pull is verified and the box approved by name
 version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
@@ -20,9 +20,10 @@ description:
   - No job of O(jobs) (every job under the host's run directory, as M(remote_gpu.trainer.job_status) reports them)
     is alive or starting (C(job_alive), naming each job with its items done of its share and its progress line), and
     the jobs could be listed (C(jobs_unknown) with O(jobs_error)).
-  - For every run of O(runs) (each job's, or the hand roster's; or the one O(run_id)), the controller holds a C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only
-    when roster, bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one
-    file (a verified pull of nothing never opens the gate), and its manifest is the manifest the box has now. A run
+  - For every run of O(runs) (each job's, or the hand roster's; or the one O(run_id)), the controller holds a
+    C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only when roster,
+    bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one file (a
+    verified pull of nothing never opens the gate), and its manifest is the manifest the box has now. A run
     whose manifest could not be written is C(manifest_unknown), two runs with one run id are C(run_id_shared) (their
     pulls would share a directory), and no run at all is C(nothing_to_pull).
   - A C(PULL_VERIFIED.json) that is not a regular file (a directory, a FIFO, a device) or not a JSON object counts as

@@ -242,8 +242,8 @@ def test_a_verified_pull_with_no_files_keeps_the_gate_closed(pulls):
     assert "lists no files" in result["msg"]
 
 
-
 # --- every job on the host: the gate as teardown.yml calls it --------------------------------------------------------
+
 
 def run(job, run_id=None, sha=SHA, msg=""):
     """A run as pull_manifest returns it in ``runs``."""
