@@ -215,6 +215,7 @@ def test_jobs_refusals_of_the_whole_task(module_runner, tmp_path, box, args, mes
 @pytest.mark.parametrize("jobs, run_id, bad, message", [
     (["train", "nope"], None, "nope", "was not started by the launch role"),
     (["train", "exp2"], "exp", "exp2", "run_id exp is not the run of job exp2"),
+    (["train", "../x"], None, "../x", "job name '../x' may contain only"),
 ])
 def test_jobs_one_jobs_refusal_is_named_in_its_run(module_runner, tmp_path, box, jobs, run_id, bad, message):
     job_dir_of(tmp_path, box)
