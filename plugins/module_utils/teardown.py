@@ -5,11 +5,13 @@
 """The teardown gate, as pure functions (controller side).
 
 Nothing is stopped, released, terminated or destroyed unless all of these hold:
-  1. the pull was verified against the box's manifest (roster, bytes, sha256, checkpoints load);
-  2. the controller holds a PULL_VERIFIED.json for this host and run, for the manifest the box has now, and it
-     lists at least one file (a verified pull of nothing never opens the gate);
+  0. no job under the host's run directory is alive or starting (every job, not only the ones pulled);
+  1. the pull of every run to be verified (each job's run, or the hand roster's) was verified against the box's
+     manifest (roster, bytes, sha256, checkpoints load);
+  2. the controller holds a PULL_VERIFIED.json for this host and each of those runs, for the manifest the box has
+     now, and it lists at least one file (a verified pull of nothing never opens the gate);
   3. a person approved this host by name.
-Each refusal names the condition that failed.
+Each refusal names the condition that failed, and the job it is about.
 """
 
 from __future__ import annotations
@@ -62,6 +64,22 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
     ``verified`` is the parsed PULL_VERIFIED.json for this host and run on the controller, or None.
     ``box_manifest_sha256`` is the sha256 of the manifest the box has now (from pull_manifest).
     """
+    refusals = run_refusals(host, run_id, verified, box_manifest_sha256)
+    return refusals + approval_refusals(host, approvals, approval_error)
+
+
+def approval_refusals(host, approvals, approval_error=None):
+    """The refusal of a host that was not approved by name (or of a blanket approval); empty when approved."""
+    if approval_error:
+        return [refusal("approval_refused", approval_error)]
+    if host not in approvals:
+        return [refusal("not_approved",
+                        "%s was not approved by name (approved: %s)" % (host, ", ".join(sorted(approvals)) or "none"))]
+    return []
+
+
+def run_refusals(host, run_id, verified, box_manifest_sha256):
+    """Why the pull of one run of ``host`` does not count as verified (see gate_refusals); empty when it does."""
     refusals = []
     if not box_manifest_sha256:
         refusals.append(refusal("manifest_unknown", "the box's manifest could not be written: run pull_manifest first"))
@@ -85,11 +103,6 @@ def gate_refusals(host, run_id, verified, box_manifest_sha256, approvals, approv
                                     "the box's manifest (sha256 %s) differs from the verified one (%s): the results "
                                     "changed after the pull; pull and verify again" % (
                                         box_manifest_sha256[:12], str(verified.get("manifest_sha256"))[:12])))
-    if approval_error:
-        refusals.append(refusal("approval_refused", approval_error))
-    elif host not in approvals:
-        refusals.append(refusal("not_approved",
-                                "%s was not approved by name (approved: %s)" % (host, ", ".join(sorted(approvals)) or "none")))
     return refusals
 
 
@@ -136,3 +149,114 @@ def stop_path(command, api, environ):
         else:
             return "api", None
     return ("command" if command else "manual"), problem
+
+
+# --- every job on the host (the playbook's default): liveness, every job's run, one gate --------------------------
+
+def job_progress(job):
+    """A job as job_status reports it (one of its ``jobs``), in words: its items done of its share, the item it
+    runs and its last progress line, e.g. ``items 1/3 done, item 001 running, progress 'epoch 11/60'``."""
+    parts = []
+    done, total = job.get("items_done"), job.get("items_total")
+    if isinstance(total, int) and total > 0:
+        parts.append("items %d/%d done" % (done if isinstance(done, int) else 0, total))
+    elif isinstance(done, int):
+        parts.append("%d item(s) done" % done)
+    if job.get("current_item"):
+        parts.append("item %s running" % job["current_item"])
+    progress = job.get("progress") if isinstance(job.get("progress"), dict) else {}
+    text = str(progress.get("text") or "").strip()
+    parts.append("progress %r" % text[:200] if text else "no progress line yet")
+    return ", ".join(parts)
+
+
+def live_job_refusals(jobs, jobs_error="", run_dir=""):
+    """``job_alive`` for each job of ``jobs`` (job_status's ``jobs``: every job under the run directory) that is
+    alive or starting, naming it and its progress; ``jobs_unknown`` when the jobs could not be listed
+    (``jobs_error``), since then nothing says that none runs. ``jobs`` None: not checked (a module user's gate)."""
+    where = " under %s" % run_dir if run_dir else ""
+    if jobs_error:
+        return [refusal("jobs_unknown", "cannot tell whether a job%s still runs: %s; fix that and run teardown again"
+                        % (where, jobs_error))]
+    refusals = []
+    for job in jobs or []:
+        if not isinstance(job, dict) or not job.get("alive"):
+            continue
+        state = "is running" if job.get("pid") else "is starting (its tmux session exists, no PID yet)"
+        refusals.append(refusal(
+            "job_alive", "job %s%s %s (%s): its results are not final. Wait until patrol says it is done, or stop it "
+            "with remote_gpu.trainer.detached_job (state: stopped), then tear down" % (
+                job.get("name"), where, state, job_progress(job))))
+    return refusals
+
+
+def pull_reasons(pulls):
+    """{run id: message} of the runs whose pull did not verify, from the results of the pull_verify loop (each with
+    its ``item``, a run of pull_manifest's ``runs``); skipped and verified ones are left out."""
+    reasons = {}
+    for result in pulls or []:
+        if not isinstance(result, dict) or result.get("skipped") or result.get("verified"):
+            continue
+        item = result.get("item") if isinstance(result.get("item"), dict) else {}
+        if item.get("run_id") and result.get("msg"):
+            reasons[str(item["run_id"])] = str(result["msg"])
+    return reasons
+
+
+def shared_run_ids(runs):
+    """{run id: [jobs]} of the run ids that more than one job records: their pulls would share one directory."""
+    jobs_of = {}
+    for run in runs:
+        if run.get("run_id"):
+            jobs_of.setdefault(run["run_id"], []).append(run.get("job") or "(roster)")
+    return dict((run_id, jobs) for run_id, jobs in jobs_of.items() if len(jobs) > 1)
+
+
+def _about(run, message):
+    return "job %s: %s" % (run["job"], message) if run.get("job") else message
+
+
+def runs_refusals(host, pull_root, runs, load, reasons=None):
+    """(refusals, checked) of every run to verify: ``runs`` as pull_manifest returns them (``job``, ``run_id``,
+    ``sha256``: the box's manifest now, empty when it could not be written, ``msg``: why), ``load(path)`` reads a
+    PULL_VERIFIED.json (load_verified), ``reasons`` from pull_reasons. ``checked`` lists each run with its pull
+    directory and, from its PULL_VERIFIED.json, the files and bytes verified (for the receipt)."""
+    refusals, checked = [], []
+    reasons = reasons or {}
+    for run_id, jobs in sorted(shared_run_ids(runs).items()):
+        refusals.append(refusal("run_id_shared", "jobs %s all record run id %s, so their pulls would share one "
+                                "directory: relaunch all but one with a launch_run_id of its own, or pull one of them "
+                                "(-e teardown_job=NAME)" % (", ".join(jobs), run_id)))
+    for run in runs:
+        run_id, sha = str(run.get("run_id") or ""), str(run.get("sha256") or "")
+        if not sha:
+            why = str(run.get("msg") or "run pull_manifest first")
+            refusals.append(refusal("manifest_unknown", _about(run, "the box's manifest%s could not be written (%s)" % (
+                " of run %s" % run_id if run_id else "", why))))
+            continue
+        try:
+            directory = pull_dir(pull_root, host, run_id)
+        except ValueError as exc:
+            refusals.append(refusal("bad_run_id", _about(run, str(exc))))
+            continue
+        verified = load(os.path.join(directory, VERIFIED_NAME))
+        found = [dict(r, message=_about(run, r["message"])) for r in run_refusals(host, run_id, verified, sha)]
+        if found and reasons.get(run_id):
+            found[0]["message"] += " (%s)" % reasons[run_id]
+        refusals += found
+        files = (verified or {}).get("files")
+        checked.append({"job": run.get("job"), "run_id": run_id, "manifest_sha256": sha, "pull_dir": directory,
+                        "file_count": len(files) if isinstance(files, list) else 0,
+                        "total_bytes": (verified or {}).get("total_bytes")})
+    return refusals, checked
+
+
+def nothing_to_pull(run_dir, reason=""):
+    """The refusal of a host with no run to verify: no job under the run directory and no roster (or a manifest
+    step that failed before it named any run, ``reason``)."""
+    if reason:
+        return refusal("manifest_unknown", "no run to verify: the box's manifests could not be written (%s)" % reason)
+    return refusal("nothing_to_pull", "no job%s recorded results to pull, and no roster was given: nothing proves "
+                   "the results are safe. Give the run directory launch used (-e teardown_run_dir=DIR), or a roster "
+                   "(-e teardown_run_id=ID -e '{\"teardown_roster\": [...]}')" % (
+                       " under %s" % run_dir if run_dir else ""))

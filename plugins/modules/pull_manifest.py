@@ -30,6 +30,10 @@ description:
     never finished or ran with the sync off), hashed now, under C(unsynced/<item>/). Only this host's items are
     listed, so hosts that share a durable directory never see each other's files. A job that still runs is
     refused: stop it or wait for it."
+  - "With O(jobs) (a list of job names, as teardown gives every job under O(run_dir)): the manifest of each job, as
+    with O(job), written in its own job directory, in one run of the module. One job's refusal (it still runs, it
+    has no launch record, none of its items left a file) does not stop the others: RV(runs) lists every job with
+    its manifest or the reason it has none, and the task fails naming the jobs without one."
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
 attributes:
@@ -56,23 +60,29 @@ options:
   roster:
     description:
       - The files that must be pulled, as paths relative to O(root).
-      - Exactly one of O(roster), O(roster_file) and O(job) is required.
+      - Exactly one of O(roster), O(roster_file), O(job) and O(jobs) is required.
     type: list
     elements: str
   roster_file:
     description:
       - A file on the target with one path relative to O(root) per line. Blank lines and lines starting with C(#)
         are ignored.
-      - Exactly one of O(roster), O(roster_file) and O(job) is required.
+      - Exactly one of O(roster), O(roster_file), O(job) and O(jobs) is required.
     type: path
   job:
     description:
       - The name of a job that the launch role started (its C(launch_name)). The manifest then lists what launch
-        recorded for this host (see the description). Exactly one of O(roster), O(roster_file) and O(job) is
-        required.
+        recorded for this host (see the description). Exactly one of O(roster), O(roster_file), O(job) and O(jobs)
+        is required.
     type: str
+  jobs:
+    description:
+      - Several jobs that the launch role started, each manifest written as with O(job) (see the description);
+        a name given twice counts once. An empty list is refused. O(manifest_path) is not used with it.
+    type: list
+    elements: str
   run_dir:
-    description: The directory of the job directories, with O(job) (launch's C(launch_run_dir)).
+    description: The directory of the job directories, with O(job) or O(jobs) (launch's C(launch_run_dir)).
     type: path
     default: ~/.trainer/jobs
   manifest_path:
@@ -84,7 +94,8 @@ options:
   run_id:
     description:
       - An identifier of the run, recorded in the manifest as C(run_id).
-      - With O(job) it defaults to the run id that launch recorded, and a different one is refused.
+      - With O(job) it defaults to the run id that launch recorded, and a different one is refused (with O(jobs),
+        for each job).
     type: str
 """
 
@@ -102,6 +113,11 @@ EXAMPLES = r"""
 - name: What launch recorded for this host (its items' synced files, and the unsynced outputs on the data disk)
   remote_gpu.trainer.pull_manifest:
     job: train
+  register: pull
+
+- name: Every job of the host, each in its own manifest (what teardown.yml does)
+  remote_gpu.trainer.pull_manifest:
+    jobs: [train, exp2]
   register: pull
 
 - name: Roster kept in a file; the manifest goes next to the root
@@ -158,6 +174,23 @@ items:
   elements: dict
   returned: always
   sample: [{"item": "000", "state": "done", "durable": 2, "unsynced": 0}]
+runs:
+  description:
+    - Every run the manifests describe, one per job with O(jobs) (in the order given), else the one run. Each has
+      C(job) (null with a roster), C(run_id) (null when it could not be read), C(manifest_path), C(sha256) of the
+      manifest (empty when it could not be written), C(file_count), C(total_bytes), C(items) (as RV(items)),
+      C(changed) and C(msg) (a summary, or what is wrong and what to do).
+    - M(remote_gpu.trainer.pull_verify) pulls each run with a C(sha256), and M(remote_gpu.trainer.teardown_gate)
+      takes the list as it is.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - {job: train, run_id: train, manifest_path: /root/.trainer/jobs/train/PULL_MANIFEST.json, sha256: 5e88...,
+       file_count: 4, total_bytes: 1048576, items: [{item: "000", state: done, durable: 2, unsynced: 0}],
+       changed: true, msg: "manifest of 4 file(s), 1048576 bytes"}
+    - {job: exp2, run_id: exp2, manifest_path: "", sha256: "", file_count: 0, total_bytes: 0, items: [],
+       changed: false, msg: "job exp2 is still running on this host: its results are not final. ..."}
 msg:
   description: A summary; on failure, what is wrong and what to do.
   type: str
@@ -221,16 +254,17 @@ def roster_manifest(_module, params):
     return manifest, default_manifest_path(root), [root], []
 
 
-def job_manifest(module, params):
-    """(manifest, default manifest path, roots, items) of what launch recorded for this host's job."""
+def job_manifest(module, params, name=None, run_dir=None):
+    """(manifest, default manifest path, roots, items) of what launch recorded for this host's job (``name``, by
+    default the option job)."""
     if params["root"]:
-        raise ManifestError("root is not used with job: the roots are the ones launch recorded; drop root, or give "
-                            "a roster instead of job")
-    name = params["job"]
+        raise ManifestError("root is not used with job or jobs: the roots are the ones launch recorded; drop root, or "
+                            "give a roster instead")
+    name = name or params["job"]
     if job_layout.name_problem(name):
         raise ManifestError(job_layout.name_problem(name))
-    paths = job_layout.job_paths(job_layout.resolve_run_dir(check_path("run_dir", params["run_dir"]), ManifestError),
-                                 name)
+    paths = job_layout.job_paths(run_dir or job_layout.resolve_run_dir(check_path("run_dir", params["run_dir"]),
+                                                                       ManifestError), name)
     queue, problem = job_layout.read_queue(paths)
     if queue is None:
         raise ManifestError(problem or "%s does not exist: job %s was not started by the launch role on this host "
@@ -260,7 +294,11 @@ def run(module, result):
     params = module.params
     build = job_manifest if params["job"] else roster_manifest
     manifest, default_path, roots, items = build(module, params)
-    path = check_path("manifest_path", params["manifest_path"] or default_path)
+    write(module, manifest, check_path("manifest_path", params["manifest_path"] or default_path), roots, items, result)
+
+
+def write(module, manifest, path, roots, items, result):
+    """Write ``manifest`` at ``path`` (outside every root) unless it is unchanged; fills ``result``."""
     result.update(manifest_path=path, items=items, run_id=manifest.get("run_id"))
     for root in roots:
         if inside(path, root):
@@ -287,6 +325,51 @@ def run(module, result):
                             % (path, exc)) from exc
 
 
+def summary(result):
+    msg = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
+    if result["items"]:
+        msg += " from launch's record of items %s" % ", ".join(
+            "%s (%s)" % (item["item"], item["state"]) for item in result["items"])
+    return msg
+
+
+RUN_KEYS = ("run_id", "manifest_path", "sha256", "file_count", "total_bytes", "items", "changed")
+
+
+def run_entry(job, result):
+    """One entry of ``runs`` from a result of run() or write()."""
+    return dict(dict((key, result[key]) for key in RUN_KEYS), job=job, msg=result["msg"])
+
+
+def empty_run(job=None, run_id=None):
+    return dict(job=job, run_id=run_id, manifest_path="", sha256="", file_count=0, total_bytes=0, items=[],
+                changed=False, msg="")
+
+
+def run_jobs(module, result):
+    """The manifest of every job of the option jobs, each written in its job directory; fills ``result["runs"]``
+    (one entry per job, with its manifest or the reason it has none) and returns the entries that failed."""
+    params = module.params
+    if params["manifest_path"]:
+        raise ManifestError("manifest_path is not used with jobs: each job's manifest is written in its job directory")
+    names = list(dict.fromkeys(params["jobs"]))
+    if not names:
+        raise ManifestError("jobs is empty: name at least one job (teardown gives every job under run_dir)")
+    run_dir = job_layout.resolve_run_dir(check_path("run_dir", params["run_dir"]), ManifestError)
+    for name in names:
+        entry = dict(empty_run(name), manifest={})
+        try:
+            manifest, default_path, roots, items = job_manifest(module, params, name, run_dir)
+            write(module, manifest, default_path, roots, items, entry)
+            entry["msg"] = summary(entry)
+        except ManifestError as exc:
+            entry.update(empty_run(name, entry.get("run_id")), msg="job %s: %s" % (name, exc))
+        entry.pop("manifest", None)
+        result["runs"].append(run_entry(name, entry))
+    result["changed"] = any(entry["changed"] for entry in result["runs"])
+    return [entry for entry in result["runs"] if not entry["sha256"]]
+
+
 def build_module():
     module = AnsibleModule(
         argument_spec=dict(
@@ -294,12 +377,13 @@ def build_module():
             roster=dict(type="list", elements="str"),
             roster_file=dict(type="path"),
             job=dict(type="str"),
+            jobs=dict(type="list", elements="str"),
             run_dir=dict(type="path", default=job_layout.DEFAULT_RUN_DIR),
             manifest_path=dict(type="path"),
             run_id=dict(type="str"),
         ),
-        mutually_exclusive=[("roster", "roster_file", "job")],
-        required_one_of=[("roster", "roster_file", "job")],
+        mutually_exclusive=[("roster", "roster_file", "job", "jobs")],
+        required_one_of=[("roster", "roster_file", "job", "jobs")],
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
@@ -309,17 +393,30 @@ def build_module():
 def main():
     module = build_module()
     result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, run_id=None,
-                  items=[], msg="")
+                  items=[], runs=[], msg="")
+    if module.params["jobs"] is not None:
+        try:
+            failed = run_jobs(module, result)
+        except ManifestError as exc:
+            result["msg"] = "pull_manifest failed: %s" % exc
+            module.fail_json(**result)
+        result["msg"] = "; ".join("%s: %s" % (entry["job"], entry["msg"]) if entry["sha256"] else entry["msg"]
+                                  for entry in result["runs"])
+        if failed:
+            result["msg"] = "pull_manifest failed for job(s) %s: %s" % (
+                ", ".join(entry["job"] for entry in failed), result["msg"])
+            module.fail_json(**result)
+        module.exit_json(**result)
     try:
         run(module, result)
     except ManifestError as exc:
         result.update(changed=False, manifest={}, sha256="", total_bytes=0, file_count=0)
         result["msg"] = "pull_manifest failed: %s" % exc
+        result["runs"] = [dict(empty_run(module.params["job"], result["run_id"] or module.params["run_id"]),
+                               msg=result["msg"])]
         module.fail_json(**result)
-    result["msg"] = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
-    if result["items"]:
-        result["msg"] += " from launch's record of items %s" % ", ".join(
-            "%s (%s)" % (item["item"], item["state"]) for item in result["items"])
+    result["msg"] = summary(result)
+    result["runs"] = [run_entry(module.params["job"], result)]
     module.exit_json(**result)
 
 

@@ -9,16 +9,23 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: teardown_gate
-short_description: Refuse to stop a box's meter unless its pull is verified and a person approved it by name
+short_description: Refuse to stop a box's meter while a job runs, or unless every pull is verified and the box approved by name
 version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
 description:
   - Runs on the controller (an action plugin) before the meter-stop verb of the platform profile.
-  - The gate is open only when all of these hold, and each refusal names the condition that failed.
-  - The controller holds a C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only
-    when roster, bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one
-    file (a verified pull of nothing never opens the gate), and its manifest is the manifest the box has now.
+  - The gate is open only when all of these hold, and each refusal names the condition that failed (and the job it
+    is about).
+  - No job of O(jobs) (every job under the host's run directory, as M(remote_gpu.trainer.job_status) reports them)
+    is alive or starting (C(job_alive), naming each job with its items done of its share and its progress line), and
+    the jobs could be listed (C(jobs_unknown) with O(jobs_error)).
+  - For every run of O(runs) (each job's, or the hand roster's; or the one O(run_id)), the controller holds a
+    C(PULL_VERIFIED.json) for this host and run (written by M(remote_gpu.trainer.pull_verify) only when roster,
+    bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one file (a
+    verified pull of nothing never opens the gate), and its manifest is the manifest the box has now. A run
+    whose manifest could not be written is C(manifest_unknown), two runs with one run id are C(run_id_shared) (their
+    pulls would share a directory), and no run at all is C(nothing_to_pull).
   - A C(PULL_VERIFIED.json) that is not a regular file (a directory, a FIFO, a device) or not a JSON object counts as
     absent, and is read up to 256 MiB only.
   - A person approved this host by name. A blanket word such as V(all) or V(yes) is refused.
@@ -37,9 +44,40 @@ attributes:
     details: Reports what the gate would decide and changes nothing.
 options:
   run_id:
-    description: The run whose pull must be verified.
+    description:
+      - The one run whose pull must be verified, with O(manifest_sha256) and O(reason). Not used with O(runs).
+      - Empty or omitted without O(runs), the gate refuses (C(manifest_unknown)).
     type: str
-    required: true
+  runs:
+    description:
+      - Every run whose pull must be verified, as M(remote_gpu.trainer.pull_manifest) returns them in
+        RV(remote_gpu.trainer.pull_manifest#module:runs) (C(job), C(run_id), C(sha256) of the box's manifest now,
+        empty when it could not be written, and C(msg), why). Replaces O(run_id) and O(manifest_sha256).
+      - An empty list refuses (C(nothing_to_pull), or C(manifest_unknown) with O(reason)) unless a job is alive.
+    type: list
+    elements: dict
+  pulls:
+    description:
+      - The results of the M(remote_gpu.trainer.pull_verify) loop over O(runs) (each with its C(item)), for the
+        message of a pull that did not verify. Only read with O(runs).
+    type: list
+    elements: dict
+    default: []
+  jobs:
+    description:
+      - Every job under the host's run directory, as M(remote_gpu.trainer.job_status) without a job name reports
+        them in its RV(remote_gpu.trainer.job_status#module:jobs); an alive one refuses the gate (C(job_alive)).
+      - Omitted, liveness is not checked (the playbook always gives it).
+    type: list
+    elements: dict
+  jobs_error:
+    description: Why the jobs could not be listed (the failed job_status's message); refuses (C(jobs_unknown)).
+    type: str
+    default: ""
+  run_dir:
+    description: The host's run directory, named in the messages.
+    type: str
+    default: ""
   pull_root:
     description: Controller directory holding the pulls, as C(<pull_root>/<host>/<run_id>/).
     type: path
@@ -74,13 +112,24 @@ options:
         description: The controller's environment variable that holds the API key (only its presence is checked).
         type: str
   reason:
-    description: Why an earlier step failed, appended to the first refusal.
+    description:
+      - Why an earlier step failed, appended to the first refusal. With O(runs), only used when O(runs) is empty (the
+        manifest step failed before it named a run).
     type: str
     default: ""
 """
 
 EXAMPLES = r"""
-- name: Check the teardown gate
+- name: Check the teardown gate for every job of the host
+  remote_gpu.trainer.teardown_gate:
+    jobs: "{{ teardown_jobs.jobs }}"
+    runs: "{{ teardown_manifest.runs }}"
+    pulls: "{{ teardown_pull.results }}"
+    approve: "{{ teardown_approve }}"
+    command: "{{ trainer_meter_stop.command }}"
+    api: "{{ trainer_meter_stop.api }}"
+
+- name: Check the teardown gate for one run
   remote_gpu.trainer.teardown_gate:
     run_id: exp42
     manifest_sha256: "{{ manifest.sha256 }}"
@@ -123,8 +172,23 @@ api_problem:
   returned: always
   sample: the environment variable RUNPOD_API_KEY is not set on the controller
 pull_dir:
-  description: The controller directory of this host's pull for the run.
+  description: The controller directory of this host's pull when there is exactly one run, else null.
   type: str
   returned: always
   sample: pulls/lab-01/exp42
+host_dir:
+  description: The controller directory of this host's pulls (C(<pull_root>/<host>)), where teardown.yml writes
+    C(TEARDOWN_RECEIPT.json).
+  type: str
+  returned: always
+  sample: pulls/lab-01
+runs:
+  description:
+    - Each run checked, with its C(job) (null for a roster), C(run_id), C(manifest_sha256), C(pull_dir), and from its
+      C(PULL_VERIFIED.json) C(file_count) and C(total_bytes). A run whose manifest is unknown is not listed.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"job": "exp2", "run_id": "exp2", "manifest_sha256": "5e88...", "pull_dir": "pulls/lab-01/exp2",
+            "file_count": 4, "total_bytes": 1048576}]
 """

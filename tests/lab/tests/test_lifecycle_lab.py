@@ -115,8 +115,10 @@ def test_launch_patrol_teardown_as_the_readme_says(fleet, src, tmp_path):
             status = read_json(fleet, host, "~/.trainer/jobs/train/items/%s/status.json" % item)
             recorded = {entry["path"]: entry["sha256"] for entry in status["synced"]}
             assert hashlib.sha256(best).hexdigest() == recorded["best.safetensors"]
-        receipt = json.loads((pulled / "TEARDOWN_RECEIPT.json").read_text())
-        assert (receipt["host"], receipt["verb"], receipt["run_id"]) == (host, "power_off", RUN)
+        receipt = json.loads((laptop / "pulls" / host / "TEARDOWN_RECEIPT.json").read_text())
+        assert (receipt["host"], receipt["verb"], receipt["jobs"]) == (host, "power_off", ["train"])
+        assert [(run["run_id"], run["manifest_sha256"]) for run in receipt["runs"]] == [
+            (RUN, verified["manifest_sha256"])]
 
     # the meter stopped exactly once per approved host, and never on the host nobody approved
     assert {host: [line["argv"] for line in fleet.meter(host)] for host in fleet.hosts} == {

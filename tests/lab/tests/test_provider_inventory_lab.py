@@ -179,11 +179,11 @@ def test_runpod_teardown_ends_in_one_api_stop_for_the_approved_host_only(fleet, 
     lines = fleet.meter("lab-01")
     assert [line["argv"] for line in lines] == [["provider-api", "runpod", "terminate", "fakepod0001"]], lines
     assert fleet.meter("lab-02") == []
-    receipt_text = (pulls / "lab-01" / run_id / "TEARDOWN_RECEIPT.json").read_text()
+    receipt_text = (pulls / "lab-01" / "TEARDOWN_RECEIPT.json").read_text()
     receipt = json.loads(receipt_text)
     assert receipt["acted"] is True and receipt["command"] == [] and receipt["verb"] == "terminate"
     assert (receipt["api"]["provider"], receipt["api"]["id"], receipt["api"]["state"], receipt["api"]["verb"],
             receipt["api"]["request"]) == ("runpod", "fakepod0001", "absent", "terminate", "DELETE /pods/fakepod0001")
-    assert not (pulls / "lab-02" / run_id / "TEARDOWN_RECEIPT.json").exists()
+    assert not (pulls / "lab-02" / "TEARDOWN_RECEIPT.json").exists()
     reports = "".join(p.read_text() for p in pulls.rglob("*.json"))
     assert (out + reports).count(KEY) == 0

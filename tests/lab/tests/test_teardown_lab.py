@@ -94,6 +94,11 @@ def pulled(pull_root, host, run_id):
     return pull_root / host / run_id
 
 
+def receipt_of(pull_root, host):
+    """One receipt per host, beside the pull directories of its runs."""
+    return pull_root / host / "TEARDOWN_RECEIPT.json"
+
+
 # ---------------------------------------------------------------------------------------------- happy path
 
 
@@ -115,9 +120,11 @@ def test_verified_and_approved_hosts_get_exactly_one_verb_call_each(fleet, tmp_p
         verified = json.loads((pulled(pulls, host, run_id) / "PULL_VERIFIED.json").read_text())
         assert (verified["host"], verified["run_id"]) == (host, run_id)
         assert sorted(item["sha256"] for item in verified["files"]) == sorted(v[0] for v in before[host].values())
-        receipt = json.loads((pulled(pulls, host, run_id) / "TEARDOWN_RECEIPT.json").read_text())
+        receipt = json.loads(receipt_of(pulls, host).read_text())
         assert receipt["host"] == host and receipt["acted"] is True
         assert receipt["command"] == argvs[host][0]
+        assert [(run["job"], run["run_id"], run["manifest_sha256"]) for run in receipt["runs"]] == [
+            (None, run_id, verified["manifest_sha256"])]
 
 
 def test_only_the_host_named_in_the_approval_is_stopped(fleet, tmp_path):
@@ -130,7 +137,7 @@ def test_only_the_host_named_in_the_approval_is_stopped(fleet, tmp_path):
     assert [line["argv"] for line in fleet.meter("lab-02")] == [SHUTDOWN]
     assert fleet.meter("lab-01") == [] and fleet.meter("lab-03") == []
     assert fleet.snapshot("lab-01", root) == before
-    assert not (pulled(tmp_path / "pulls", "lab-01", run_id) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_of(tmp_path / "pulls", "lab-01").exists()
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -244,7 +251,7 @@ def test_refusal_records_no_verb_call_and_leaves_the_box_untouched(fleet, tmp_pa
     assert plan["says"] in out_of(proc), out_of(proc)
     assert_no_meter_call(fleet)
     assert fleet.snapshot("lab-01", root) == before
-    assert not (pulled(pulls, "lab-01", run_id) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_of(pulls, "lab-01").exists()
     if plan["code"] in ("no_pull_verified", "manifest_unknown"):  # a failed verification leaves no old file behind
         assert not (pulled(pulls, "lab-01", run_id) / "PULL_VERIFIED.json").exists()
 
@@ -275,4 +282,4 @@ def test_check_mode_with_an_open_gate_records_nothing(fleet, tmp_path):
     assert "gate open for lab-01" in flat and "the verb would be power_off" in flat, proc.stdout
     assert_no_meter_call(fleet)
     assert fleet.snapshot("lab-01", root) == before
-    assert not (pulled(pulls, "lab-01", run_id) / "TEARDOWN_RECEIPT.json").exists()
+    assert not receipt_of(pulls, "lab-01").exists()

@@ -204,7 +204,12 @@ def test_the_gate_writes_nothing(pulls):
 
 def test_the_argument_spec_comes_from_the_documentation():
     assert ActionModule.SPEC == {
-        "run_id": {"type": "str", "required": True},
+        "run_id": {"type": "str"},
+        "runs": {"type": "list", "elements": "dict"},
+        "pulls": {"type": "list", "elements": "dict", "default": []},
+        "jobs": {"type": "list", "elements": "dict"},
+        "jobs_error": {"type": "str", "default": ""},
+        "run_dir": {"type": "str", "default": ""},
         "pull_root": {"type": "path", "default": "pulls"},
         "manifest_sha256": {"type": "str", "default": ""},
         "approve": {"type": "raw"},
@@ -218,7 +223,7 @@ def test_the_argument_spec_comes_from_the_documentation():
 
 @pytest.mark.parametrize("args, message", [
     ({"run_id": RUN, "approve": HOST, "aprove": HOST}, "Invalid options for remote_gpu.trainer.action: aprove"),
-    ({"approve": HOST}, "missing required arguments: run_id"),
+    ({"approve": HOST, "runs": "train"}, "runs"),
     ({"run_id": RUN, "command": {"not": "a list"}}, "command"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_read(pulls, args, message):
@@ -235,3 +240,91 @@ def test_a_verified_pull_with_no_files_keeps_the_gate_closed(pulls):
     result = gate(pulls)
     assert result["open"] is False and result["failed"] is True and codes(result) == ["pull_verified_empty"]
     assert "lists no files" in result["msg"]
+
+
+# --- every job on the host: the gate as teardown.yml calls it --------------------------------------------------------
+
+
+def run(job, run_id=None, sha=SHA, msg=""):
+    """A run as pull_manifest returns it in ``runs``."""
+    return {"job": job, "run_id": run_id or job, "sha256": sha, "manifest_path": "/j/%s/PULL_MANIFEST.json" % job,
+            "file_count": 1, "total_bytes": 1, "items": [], "changed": False, "msg": msg}
+
+
+def job(name, alive=False, pid=4242, done=1, total=3, text="epoch 11/60", current="001"):
+    """A job as job_status reports it without a job name."""
+    return {"name": name, "alive": alive, "pid": pid if alive else None, "items_done": done, "items_total": total,
+            "current_item": current if alive else None, "progress": {"text": text} if text else None}
+
+
+def every_job_gate(pull_root, runs, jobs, check_mode=False, **overrides):
+    args = {"runs": runs, "jobs": jobs, "run_dir": "/root/.trainer/jobs", "pull_root": str(pull_root), "approve": HOST,
+            "command": STOP}
+    args.update(overrides)
+    return run_action(ActionModule, args, host=HOST, check_mode=check_mode)
+
+
+def test_every_jobs_run_verified_opens_the_gate_and_lists_the_runs(pulls):
+    train = write_verified(pulls, run_id="train", where=(HOST, "train"))
+    exp2 = write_verified(pulls, run_id="exp2run", where=(HOST, "exp2run"))
+    result = every_job_gate(pulls, [run("train"), run("exp2", "exp2run")], [job("train"), job("exp2")])
+    assert result["open"] is True and not result.get("failed"), result["msg"]
+    assert result["host_dir"] == str(pulls / HOST) and result["pull_dir"] is None
+    assert [(r["job"], r["run_id"], r["pull_dir"], r["file_count"]) for r in result["runs"]] == [
+        ("train", "train", str(train), 1), ("exp2", "exp2run", str(exp2), 1)]
+    assert result["msg"] == ("gate open for box1: pull verified for run train (job train), run exp2run (job exp2) "
+                             "and approved by name")
+
+
+def test_a_live_job_refuses_by_name_with_its_progress_although_every_pull_is_verified(pulls):
+    write_verified(pulls, run_id="train", where=(HOST, "train"))
+    result = every_job_gate(pulls, [run("train")], [job("train"), job("exp2", alive=True)])
+    assert result["failed"] is True and result["open"] is False and codes(result) == ["job_alive"]
+    assert result["msg"] == (
+        "teardown refused for box1: job_alive: job exp2 under /root/.trainer/jobs is running (items 1/3 done, item "
+        "001 running, progress 'epoch 11/60'): its results are not final. Wait until patrol says it is done, or stop "
+        "it with remote_gpu.trainer.detached_job (state: stopped), then tear down")
+
+
+def test_a_live_job_alone_refuses_without_asking_for_a_pull(pulls):
+    """teardown.yml pulls nothing while a job runs: no run, yet the only refusal is the live job."""
+    result = every_job_gate(pulls, [], [job("train", alive=True, pid=None, text=None)], approve="")
+    assert codes(result) == ["job_alive", "not_approved"]
+    assert "is starting (its tmux session exists, no PID yet)" in result["msg"] and "no progress line yet" in result["msg"]
+
+
+def test_jobs_that_could_not_be_listed_refuse(pulls):
+    write_verified(pulls)
+    result = every_job_gate(pulls, [run("x", RUN)], [], jobs_error="python3 not found")
+    assert codes(result) == ["jobs_unknown"] and "python3 not found" in result["msg"]
+
+
+def test_a_job_whose_results_are_not_verified_is_named(pulls):
+    write_verified(pulls, run_id="train", where=(HOST, "train"))
+    pulled = [{"item": run("exp2", "exp2run"), "verified": False, "msg": "the pull of box1 run exp2run does not match"},
+              {"item": run("train"), "verified": True, "msg": "pulled and verified 1 file(s), 1 bytes"}]
+    result = every_job_gate(pulls, [run("train"), run("exp2", "exp2run"), run("smoke", sha="", msg="no queue.json")],
+                            [job("train"), job("exp2"), job("smoke")], pulls=pulled)
+    assert codes(result) == ["no_pull_verified", "manifest_unknown"]
+    first, second = result["refusals"]
+    assert first["message"].startswith("job exp2: no PULL_VERIFIED.json for box1 run exp2run")
+    assert first["message"].endswith("(the pull of box1 run exp2run does not match)")
+    assert second["message"] == "job smoke: the box's manifest of run smoke could not be written (no queue.json)"
+
+
+def test_two_jobs_with_one_run_id_refuse(pulls):
+    write_verified(pulls, run_id="shared", where=(HOST, "shared"))
+    result = every_job_gate(pulls, [run("train", "shared"), run("exp2", "shared")], [job("train"), job("exp2")])
+    assert codes(result) == ["run_id_shared"] and "jobs train, exp2 all record run id shared" in result["msg"]
+
+
+@pytest.mark.parametrize("reason, code", [("", "nothing_to_pull"), ("rsync: not found", "manifest_unknown")])
+def test_no_run_at_all_refuses(pulls, reason, code):
+    result = every_job_gate(pulls, [], [], reason=reason)
+    assert codes(result) == [code] and result["open"] is False and result["runs"] == []
+    assert (reason or "no job under /root/.trainer/jobs recorded results to pull") in result["msg"]
+
+
+def test_every_job_check_mode_reports_without_failing(pulls):
+    result = every_job_gate(pulls, [], [job("exp2", alive=True)], check_mode=True)
+    assert not result.get("failed") and result["msg"].startswith("check mode: teardown refused for box1: job_alive")

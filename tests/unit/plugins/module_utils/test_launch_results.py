@@ -120,10 +120,10 @@ def test_malformed_sources_are_refused(sources):
 # ------------------------------------------------------------------------------------------- the module
 
 
-def job_dir_of(tmp_path, box, alive=False):
-    job = tmp_path / "jobs" / "train"
+def job_dir_of(tmp_path, box, alive=False, name="train", run_id=None):
+    job = tmp_path / "jobs" / name
     (job / "items").mkdir(parents=True)
-    (job / "queue.json").write_text(json.dumps(box["queue"]))
+    (job / "queue.json").write_text(json.dumps(dict(box["queue"], job=name, run_id=run_id or box["queue"]["run_id"])))
     for item, status in box["statuses"].items():
         (job / "items" / item).mkdir()
         (job / "items" / item / "status.json").write_text(json.dumps(status))
@@ -158,3 +158,84 @@ def test_pull_manifest_launch_mode_refusals(module_runner, tmp_path, box, args, 
     failed, result = module_runner(pull_manifest, dict({"job": "train", "run_dir": str(tmp_path / "jobs")}, **args))
     assert failed and message in result["msg"], result["msg"]
     assert not (tmp_path / "jobs" / "train" / "PULL_MANIFEST.json").exists()
+
+
+# --- jobs: every job of the host in one run of the module (what teardown.yml gives it) ---------------------------------
+
+
+def run_of(result, job):
+    (found,) = [run for run in result["runs"] if run["job"] == job]
+    return found
+
+
+def test_jobs_writes_each_jobs_manifest_in_its_own_directory(module_runner, tmp_path, box):
+    train = job_dir_of(tmp_path, box)
+    exp2 = job_dir_of(tmp_path, box, name="exp2", run_id="exp2run")
+    failed, result = module_runner(pull_manifest, {"jobs": ["train", "exp2", "train"],
+                                                   "run_dir": str(tmp_path / "jobs")})
+    assert not failed, result["msg"]
+    assert [(run["job"], run["run_id"]) for run in result["runs"]] == [("train", "exp"), ("exp2", "exp2run")]
+    for run, job in ((run_of(result, "train"), train), (run_of(result, "exp2"), exp2)):
+        assert run["manifest_path"] == str(job / "PULL_MANIFEST.json")
+        raw = (job / "PULL_MANIFEST.json").read_bytes()
+        assert run["sha256"] == sha(raw) and run["file_count"] == 2 and run["changed"] is True
+        assert json.loads(raw)["run_id"] == run["run_id"]
+        assert [item["item"] for item in run["items"]] == ["000", "002"]
+    assert result["changed"] is True
+    failed, again = module_runner(pull_manifest, {"jobs": ["train", "exp2"], "run_dir": str(tmp_path / "jobs")})
+    assert not failed and again["changed"] is False
+    assert [run["sha256"] for run in again["runs"]] == [run["sha256"] for run in result["runs"]]
+
+
+def test_jobs_a_live_job_fails_by_name_and_the_others_still_get_their_manifest(module_runner, tmp_path, box):
+    job_dir_of(tmp_path, box)
+    exp2 = job_dir_of(tmp_path, box, name="exp2", run_id="exp2run", alive=True)
+    failed, result = module_runner(pull_manifest, {"jobs": ["train", "exp2"], "run_dir": str(tmp_path / "jobs")})
+    assert failed and result["msg"].startswith("pull_manifest failed for job(s) exp2: ")
+    assert run_of(result, "train")["sha256"] and run_of(result, "train")["file_count"] == 2
+    live = run_of(result, "exp2")
+    assert live["sha256"] == "" and live["manifest_path"] == ""
+    assert live["msg"].startswith("job exp2: job exp2 is still running on this host")
+    assert not (exp2 / "PULL_MANIFEST.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"jobs": []}, "jobs is empty"),
+    ({"jobs": ["train"], "manifest_path": "/tmp/m.json"}, "manifest_path is not used with jobs"),
+    ({"jobs": ["train"], "root": "/fs"}, "root is not used with job or jobs"),
+    ({"jobs": ["train"], "job": "train"}, "mutually exclusive"),
+])
+def test_jobs_refusals_of_the_whole_task(module_runner, tmp_path, box, args, message):
+    job_dir_of(tmp_path, box)
+    failed, result = module_runner(pull_manifest, dict({"run_dir": str(tmp_path / "jobs")}, **args))
+    assert failed and message in result["msg"], result["msg"]
+    assert not (tmp_path / "jobs" / "train" / "PULL_MANIFEST.json").exists()
+
+
+@pytest.mark.parametrize("jobs, run_id, bad, message", [
+    (["train", "nope"], None, "nope", "was not started by the launch role"),
+    (["train", "exp2"], "exp", "exp2", "run_id exp is not the run of job exp2"),
+    (["train", "../x"], None, "../x", "job name '../x' may contain only"),
+])
+def test_jobs_one_jobs_refusal_is_named_in_its_run(module_runner, tmp_path, box, jobs, run_id, bad, message):
+    job_dir_of(tmp_path, box)
+    job_dir_of(tmp_path, box, name="exp2", run_id="exp2run")
+    args = {"jobs": jobs, "run_dir": str(tmp_path / "jobs")}
+    if run_id:
+        args["run_id"] = run_id
+    failed, result = module_runner(pull_manifest, args)
+    assert failed and "failed for job(s) %s:" % bad in result["msg"]
+    assert message in run_of(result, bad)["msg"] and run_of(result, bad)["sha256"] == ""
+    assert run_of(result, "train")["sha256"]
+
+
+def test_one_job_or_a_roster_also_returns_its_run(module_runner, tmp_path, box):
+    job_dir_of(tmp_path, box)
+    failed, result = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert not failed
+    assert result["runs"] == [{"job": "train", "run_id": "exp", "manifest_path": result["manifest_path"],
+                               "sha256": result["sha256"], "file_count": 2, "total_bytes": result["total_bytes"],
+                               "items": result["items"], "changed": True, "msg": result["msg"]}]
+    failed, result = module_runner(pull_manifest, {"job": "nope", "run_dir": str(tmp_path / "jobs")})
+    assert failed and [(run["job"], run["sha256"]) for run in result["runs"]] == [("nope", "")]
+    assert result["runs"][0]["msg"] == result["msg"]

@@ -103,3 +103,71 @@ def test_a_verified_pull_of_nothing_never_opens_the_gate(files):
 def test_a_verified_file_that_is_a_directory_refuses(tmp_path):
     (tmp_path / teardown.VERIFIED_NAME).mkdir()
     assert teardown.load_verified(str(tmp_path / teardown.VERIFIED_NAME)) is None
+
+
+# --- every job on the host ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("job, words", [
+    ({"items_done": 1, "items_total": 3, "current_item": "001", "progress": {"text": "epoch 11/60"}},
+     "items 1/3 done, item 001 running, progress 'epoch 11/60'"),
+    ({"items_done": 2, "items_total": None, "progress": None}, "2 item(s) done, no progress line yet"),
+    ({"items_done": None, "items_total": 4, "progress": {"text": "  "}}, "items 0/4 done, no progress line yet"),
+    ({}, "no progress line yet"),
+])
+def test_job_progress_in_words(job, words):
+    assert teardown.job_progress(job) == words
+
+
+def test_job_progress_cuts_a_long_progress_line():
+    assert len(teardown.job_progress({"progress": {"text": "x" * 5000}})) < 250
+
+
+def test_live_job_refusals_name_every_live_job_and_only_those():
+    jobs = [{"name": "train", "alive": False}, {"name": "exp2", "alive": True, "pid": 7, "progress": {"text": "e 1"}},
+            {"name": "exp3", "alive": True, "pid": None}, "not a job"]
+    found = teardown.live_job_refusals(jobs, "", "/r")
+    assert [(r["code"], r["message"].split(" (")[0]) for r in found] == [
+        ("job_alive", "job exp2 under /r is running"),
+        ("job_alive", "job exp3 under /r is starting")]
+    assert teardown.live_job_refusals(None) == [] and teardown.live_job_refusals([]) == []
+
+
+def test_jobs_not_listed_is_its_own_refusal_whatever_the_list_says():
+    found = teardown.live_job_refusals([], "permission denied", "/r")
+    assert [r["code"] for r in found] == ["jobs_unknown"] and "permission denied" in found[0]["message"]
+
+
+def test_pull_reasons_keep_only_the_pulls_that_did_not_verify():
+    pulls = [{"item": {"run_id": "a"}, "verified": True, "msg": "ok"},
+             {"item": {"run_id": "b"}, "verified": False, "msg": "sha256_mismatch x"},
+             {"item": {"run_id": "c"}, "skipped": True},
+             {"item": "junk", "msg": "?"}, None]
+    assert teardown.pull_reasons(pulls) == {"b": "sha256_mismatch x"}
+    assert teardown.pull_reasons(None) == {}
+
+
+def test_shared_run_ids():
+    runs = [{"job": "a", "run_id": "r"}, {"job": "b", "run_id": "r"}, {"job": "c", "run_id": "s"},
+            {"job": None, "run_id": None}]
+    assert teardown.shared_run_ids(runs) == {"r": ["a", "b"]}
+
+
+def test_runs_refusals_check_each_run_in_its_own_directory(tmp_path):
+    records = {str(tmp_path / "lab-01" / "train" / teardown.VERIFIED_NAME): verified(run_id="train"),
+               str(tmp_path / "lab-01" / "exp2" / teardown.VERIFIED_NAME): verified(run_id="exp2", sha="c" * 64)}
+    runs = [{"job": "train", "run_id": "train", "sha256": SHA}, {"job": "exp2", "run_id": "exp2", "sha256": SHA},
+            {"job": "gone", "run_id": None, "sha256": "", "msg": "no queue.json"},
+            {"job": "bad", "run_id": "..", "sha256": SHA}]
+    found, checked = teardown.runs_refusals("lab-01", str(tmp_path), runs, records.get, {"exp2": "pulled earlier"})
+    assert [(r["code"], r["message"].split(":")[0]) for r in found] == [
+        ("manifest_changed", "job exp2"), ("manifest_unknown", "job gone"), ("bad_run_id", "job bad")]
+    assert found[0]["message"].endswith("(pulled earlier)")
+    assert [(c["job"], c["run_id"], c["file_count"]) for c in checked] == [("train", "train", 1), ("exp2", "exp2", 1)]
+    assert checked[0]["pull_dir"] == str(tmp_path / "lab-01" / "train")
+
+
+def test_nothing_to_pull_names_the_run_dir_or_the_reason():
+    assert teardown.nothing_to_pull("/r")["code"] == "nothing_to_pull"
+    assert "under /r" in teardown.nothing_to_pull("/r")["message"]
+    assert teardown.nothing_to_pull("/r", "boom") == {
+        "code": "manifest_unknown", "message": "no run to verify: the box's manifests could not be written (boom)"}
