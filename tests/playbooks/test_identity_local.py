@@ -53,7 +53,7 @@ def teardown(local_inventory, tmp_path, run_root, fake, pid, **env):
 
 
 def receipt(tmp_path):
-    return tmp_path / "pulls" / "localhost" / "exp42" / "TEARDOWN_RECEIPT.json"
+    return tmp_path / "pulls" / "localhost" / "TEARDOWN_RECEIPT.json"
 
 
 def verbs(fake):

@@ -97,7 +97,7 @@ def teardown(inventories, host, pulls, env_extra):
 
 
 def receipt_of(pulls, host):
-    return pulls / host / RUN_ID / "TEARDOWN_RECEIPT.json"
+    return pulls / host / "TEARDOWN_RECEIPT.json"
 
 
 def touching(fake, pid):
