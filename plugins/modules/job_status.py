@@ -209,6 +209,8 @@ jobs:
     - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
       C(failed) or C(sync_failed). C(sync_dest) is the durable directory, null when the sync is off. C(synced) is
       the number of verified durable copies it records. C(unsynced) lists the files that are not durable.
+    - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
+      trusted C(job.meta.json) (null when it is missing or untrusted).
   type: list
   elements: dict
   returned: always
@@ -234,6 +236,7 @@ jobs:
       current_item: "018"
       earlier_crashes: [{item: "011", crash_marker_count: 1, first: {line_no: 2210, kind: cuda_oom, text: "..."}}]
       last_start: "2026-07-03T22:11:09Z"
+      launched_epoch: 1783116669.2
       log_path: /root/autodl-tmp/jobs/ablations/job.log
       log_age_seconds: 2710
       log_skipped_bytes: 0

@@ -51,7 +51,8 @@ def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
     assert check["acting"] == [] and check["decisions"]["a"]["action"] == "heal"
 
     # the record: a's heal ran; b and c only reported; events of the opted-in host only are to be sent
-    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "msg": "resumed train under tmux, pid 7"}
+    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "results": [
+        {"item": "train", "changed": True, "msg": "resumed train under tmux, pid 7"}]}
     record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
                         task_vars=play(hostvars, tmp_path))
     assert record["decisions"]["a"]["state"] == "healed:001" and record["decisions"]["a"]["ok"] is True
@@ -100,9 +101,13 @@ def test_the_outcome_of_a_park_or_heal():
     assert outcome_of(park, {"p": {"unreachable": True}}, names)["ok"] is True  # the box went down as asked
     assert outcome_of(park, {"p": {"rc": 1, "stderr": "denied"}}, names) == {
         "ok": False, "msg": "shutdown -h now: rc 1: denied"}
-    assert outcome_of({"act": "heal"}, {}, names)["ok"] is False
-    assert outcome_of({"act": "heal"}, {"h": {"failed": True, "msg": "disk full"}}, names) == {
-        "ok": False, "msg": "disk full"}
+    assert outcome_of({"act": "heal"}, {}, names) == {"jobs": {}}  # settle: "did not run" for each job
+    heal = {"act": "heal", "heal_jobs": ["train", "exp2"]}
+    assert outcome_of(heal, {"h": {"failed": True, "msg": "unreachable host"}}, names) == {"jobs": {
+        "train": {"ok": False, "msg": "unreachable host"}, "exp2": {"ok": False, "msg": "unreachable host"}}}
+    assert outcome_of(heal, {"h": {"changed": True, "results": [
+        {"item": "train", "failed": True, "msg": "disk full"}, {"item": "exp2", "msg": "resumed exp2"}]}},
+        names) == {"jobs": {"train": {"ok": False, "msg": "disk full"}, "exp2": {"ok": True, "msg": "resumed exp2"}}}
     assert outcome_of({"act": None}, {}, names) is None
     api = {"act": "park", "via": "api", "api": API}
     assert outcome_of(api, {"p": {"changed": True, "msg": "stopped"}}, names) == {
