@@ -243,6 +243,8 @@ class ActionModule(DocumentedAction):
                    "api": dict((k, v) for k, v in (decision.get("api") or {}).items() if k != "key_env") or None,
                    "reversible": True, "meter_stop_verb": meter.get("verb"),
                    "acted": True, "ok": decision.get("ok"), "reason": decision["reason"], "run_id": decision.get("run"),
+                   "jobs": [job["job"] for job in decision.get("jobs") or []],
+                   "unsynced": decision.get("unsynced") or [], "release_days": decision.get("release_days"),
                    "by": "autopilot", "time": datetime.datetime.fromtimestamp(
                        now, datetime.timezone.utc).isoformat(timespec="seconds")}
         path = receipt_path(args["report_path"], decision["host"], now)

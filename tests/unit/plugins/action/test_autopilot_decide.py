@@ -123,3 +123,23 @@ def test_without_history_dir_the_history_lies_next_to_the_report(tmp_path):
     run_action(ActionModule, dict(found, phase="record", decisions=decisions), task_vars=play(hostvars, tmp_path))
     assert (tmp_path / "ticks" / "history" / "a.jsonl").is_file()
     assert (tmp_path / "ticks" / "autopilot.json").is_file()
+
+
+def test_two_jobs_on_one_box_heal_only_the_gone_one_and_record_each(tmp_path):
+    """Issue 28: train alive, exp2 gone: the decision heals exp2 by name (heal_jobs), the record reads the heal
+    loop's result of exp2, and the history keeps each job's state."""
+    live = dict(JOB, name="train", run_id="train", alive=True)
+    gone = dict(JOB, name="exp2", run_id="exp2")
+    hostvars = {"a": host(autopilot_probe=dict(PROBE, jobs=[live, gone]), autopilot_heal=True, autopilot_job="x")}
+    decisions = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))["decisions"]
+    assert (decisions["a"]["act"], decisions["a"]["heal_jobs"], decisions["a"]["job"]) == ("heal", ["exp2"], "exp2")
+    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "results": [
+        {"item": "exp2", "changed": True, "msg": "resumed exp2 under tmux, pid 9"}]}
+    record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
+                        task_vars=play(hostvars, tmp_path))["decisions"]["a"]
+    assert (record["state"], record["ok"]) == ("healed:001", True) and "pid 9" in record["reason"]
+    ap = json.loads((tmp_path / "history" / "a.jsonl").read_text().splitlines()[-1])["ap"]
+    assert ap["jobs"] == {"train": {"state": "running", "action": "none", "wanted": "none", "run": "train"},
+                          "exp2": {"state": "healed:001", "action": "heal", "wanted": "heal", "item": "001",
+                                   "run": "exp2", "ok": True}}
+    assert ap["heal_jobs"] == ["exp2"]
