@@ -523,8 +523,8 @@ def _park(host, jobs, result, settings, history, meter_stop, now, billing, park)
             names, "; ".join(missing), "" if park.get("verb", "none") == "none" else
             "; the profile's park (%s) does not keep the data disk (trainer_park.keeps_data_disk)" % park.get("verb")),
             next(job["item"] for job in jobs if job.get("missing")))
-    durable = "every queue done (jobs %s), %s" % (names, "NOT every file durable" if missing else
-                                                   "every file durable")
+    durable = "every queue done (jobs %s), %s" % (
+        names, "NOT every file durable" if missing else "every file durable")
     util = gpu_util(result)
     since = idle_since(history, now, util)
     if util is None:
@@ -684,7 +684,7 @@ def settle(decision, outcome=None):
     results = outcome.get("jobs") if isinstance(outcome.get("jobs"), dict) else {}
     oks = []
     for job in found.get("jobs") or []:
-        if job["job"] not in found.get("heal_jobs") or []:
+        if job["job"] not in (found.get("heal_jobs") or []):
             continue
         ran = results.get(job["job"]) or {"ok": False, "msg": "the heal task did not run for job %s" % job["job"]}
         ok = bool(ran.get("ok"))

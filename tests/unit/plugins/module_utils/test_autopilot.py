@@ -247,8 +247,8 @@ DONE2 = [item("000"), item("001")]
 KEEPS = dict(AUTODL[1], keeps_data_disk=True, release_days=15)
 
 
-def decide(result, history=(), settings=ON, park=AUTODL[1], now=NOW):
-    return ap.decide("h", result, list(history), settings, AUTODL[0], now, park=park)
+def decide(result, history=(), settings=None, park=None, now=NOW):
+    return ap.decide("h", result, list(history), settings or ON, AUTODL[0], now, park=park or AUTODL[1])
 
 
 @pytest.mark.parametrize("exp2", [
@@ -287,8 +287,8 @@ def test_one_job_not_durable_or_without_a_queue_keeps_the_box_running():
 def test_heal_restarts_only_the_gone_job_never_a_live_one():
     found = decide(box(job("train", [item("000")], alive=True), job("exp2", [item("000")])),
                    [rec(NOW - 60, "running", jobs={"train": {"state": "running"}, "exp2": {"state": "running"}})])
-    assert (found["action"], found["heal_jobs"], found["job"], found["state"]) == ("heal", ["exp2"], "exp2",
-                                                                                    "gone:001")
+    assert (found["action"], found["heal_jobs"], found["job"], found["state"]) == (
+        "heal", ["exp2"], "exp2", "gone:001")
     assert found["reason"].startswith("job exp2 is gone at 1/2 items") and "job train running" in found["reason"]
     assert [(e["kind"], "exp2" in e["text"]) for e in found["events"]] == [("healed", True)]
     # both gone: each is healed by name; one restart fails, the other is recorded as healed
@@ -304,8 +304,8 @@ def test_heal_restarts_only_the_gone_job_never_a_live_one():
 
 
 def test_restarts_are_counted_per_job():
-    heals = [rec(NOW - 300 + i, "healed:001", jobs={"exp2": {"state": "healed:001", "action": "heal", "item": "001",
-                                                            "run": "exp2", "ok": True}}) for i in range(2)]
+    exp2 = {"state": "healed:001", "action": "heal", "item": "001", "run": "exp2", "ok": True}
+    heals = [rec(NOW - 300 + i, "healed:001", jobs={"exp2": exp2}) for i in range(2)]
     found = decide(box(job("train", [item("000")]), job("exp2", [item("000")])), heals)
     rows = dict((j["job"], j) for j in found["jobs"])
     assert (rows["exp2"]["action"], rows["train"]["action"]) == ("escalate", "heal")
