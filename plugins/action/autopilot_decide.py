@@ -68,6 +68,9 @@ def park_problem(decision, environ=None):
 def decide_host(host, host_vars, args, now, check_mode):
     """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
     raw = dict((key, _host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
+    if _host_var(host_vars, "autopilot_job") is not None:
+        display.warning("%s: autopilot_job is no longer used: the autopilot judges every job under the run "
+                        "directory (heals each gone job by name, parks only when none is alive)" % host)
     history, warnings = history_of(args["history_dir"], host)
     probe = _host_var(host_vars, args["probe_var"])
     try:
@@ -81,14 +84,14 @@ def decide_host(host, host_vars, args, now, check_mode):
         found["state"] = "fail:config_error"
     if settings is not None:
         meter_stop = _host_var(host_vars, "trainer_meter_stop")
-        found = autopilot.decide(host, probe, history, settings, meter_stop, now, job_name=args["job"],
+        found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"),
                                  clocks=_host_var(host_vars, "trainer_danger_clocks"))
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
             found.update(action="escalate", wanted="escalate", state="idle_manual",
                          reason=found["reason"] + "; but %s, so it cannot be parked: park it by hand" % problem)
-            found["events"] = autopilot.change_events(host, found.get("previous"), found)
+            found["events"] = autopilot.events_of(found)
         elif problem:
             found["reason"] += "; and %s" % problem
     found["notify"] = bool(settings and settings["notify"])
@@ -99,7 +102,8 @@ def decide_host(host, host_vars, args, now, check_mode):
 
 
 def outcome_of(decision, host_vars, args):
-    """{ok, msg} of the action the playbook ran for this decision, or None when none ran."""
+    """The outcome of the action the playbook ran for this decision: {ok, msg} of a park, {"jobs": {job: {ok,
+    msg}}} of the heals, or None when none ran."""
     if decision.get("act") not in ACTS:
         return None
     var = args["heal_var"]
@@ -107,6 +111,8 @@ def outcome_of(decision, host_vars, args):
         var = args["park_api_var"] if decision.get("via") == "api" else args["park_var"]
     result = _host_var(host_vars, var)
     if not isinstance(result, dict) or result.get("skipped"):
+        if decision["act"] != "park":
+            return {"jobs": {}}
         return {"ok": False, "msg": "the %s task did not run on this host" % decision["act"]}
     if decision["act"] == "park" and decision.get("via") == "api":
         if result.get("failed"):
@@ -122,9 +128,24 @@ def outcome_of(decision, host_vars, args):
             return {"ok": True, "msg": "%s exited 0" % " ".join(decision.get("command") or [])}
         return {"ok": False, "msg": "%s: rc %s: %s" % (" ".join(decision.get("command") or []), rc, " ".join(
             str(result.get("stderr") or result.get("msg") or "").split())[:300])}
-    if result.get("unreachable") or result.get("failed"):
-        return {"ok": False, "msg": " ".join(str(result.get("msg") or "failed").split())[:300]}
-    return {"ok": True, "msg": str(result.get("msg") or "resumed")}
+    jobs = heal_outcomes(result)
+    if not jobs and (result.get("unreachable") or result.get("failed")):
+        why = {"ok": False, "msg": " ".join(str(result.get("msg") or "failed").split())[:300]}
+        jobs = dict((name, why) for name in decision.get("heal_jobs") or [])
+    return {"jobs": jobs}
+
+
+def heal_outcomes(result):
+    """{job: {ok, msg}} of the heal task's loop over the decision's heal_jobs (one detached_job per job)."""
+    found = {}
+    for row in result.get("results") or []:
+        if not isinstance(row, dict) or not isinstance(row.get("item"), str) or row.get("skipped"):
+            continue
+        if row.get("unreachable") or row.get("failed"):
+            found[row["item"]] = {"ok": False, "msg": " ".join(str(row.get("msg") or "failed").split())[:300]}
+        else:
+            found[row["item"]] = {"ok": True, "msg": str(row.get("msg") or "resumed")}
+    return found
 
 
 def line_of(decision):
@@ -222,6 +243,8 @@ class ActionModule(DocumentedAction):
                    "api": dict((k, v) for k, v in (decision.get("api") or {}).items() if k != "key_env") or None,
                    "reversible": True, "meter_stop_verb": meter.get("verb"),
                    "acted": True, "ok": decision.get("ok"), "reason": decision["reason"], "run_id": decision.get("run"),
+                   "jobs": [job["job"] for job in decision.get("jobs") or []],
+                   "unsynced": decision.get("unsynced") or [], "release_days": decision.get("release_days"),
                    "by": "autopilot", "time": datetime.datetime.fromtimestamp(
                        now, datetime.timezone.utc).isoformat(timespec="seconds")}
         path = receipt_path(args["report_path"], decision["host"], now)

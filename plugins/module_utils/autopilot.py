@@ -2,30 +2,48 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Autopilot's decisions (controller side, pure): from one host's probe (job_status's result, or why there is none),
-its history (``reports/history/<host>.jsonl``), its opt-ins and limits and its profile's meter-stop verb, one
-decision per tick: ``{action, wanted, reason, item, state, events, ...}``.
+"""Autopilot's decisions (controller side, pure): from one host's probe (job_status's result over EVERY job under
+the run directory, or why there is none), its history (``reports/history/<host>.jsonl``), its opt-ins and limits
+and its profile's park and meter-stop verbs, one decision per host and tick.
 
-* ``action``: ``none``, ``heal`` (restart the queue runner at the first unfinished item), ``retry_sync`` (the same
-  restart when only syncs failed: the runner retries the sync alone, never the command), ``park`` (the profile's
-  reversible in-box verb), ``escalate`` (a person must act) or ``report`` (the host is not opted in to what it would
-  need: ``wanted`` says what that is).
-* ``state``: one word (with an item id after ``:``) that stands for the host's situation; an event is sent only
-  when it differs from the previous tick's (:func:`change_events`), so an unchanged fleet sends nothing.
+A host's decision: ``{state, action, wanted, reason, item, job, jobs, heal_jobs, events, ...}``.
+
+* ``jobs``: one decision per job found on the box (``{job, state, action, wanted, reason, item, run, ...}``), in
+  the probe's order; absent when the jobs were not judged (unreachable, probe error, a park that holds).
+* ``action``: ``none``, ``heal`` (restart the queue runner of each job in ``heal_jobs`` at its first unfinished
+  item), ``retry_sync`` (the same restart when only syncs failed: the runner retries the sync alone, never the
+  command), ``park`` (the profile's reversible stop), ``escalate`` (a person must act) or ``report`` (the host is
+  not opted in to what it would need: ``wanted`` says what that is).
+* ``state``: one word (with an item id after ``:``). The host's own states (:data:`HOST_FAMILIES`: unreachable,
+  probe error, parked, a park that failed or cannot run) are the host's; otherwise it is the state of the job that
+  leads the decision (``job``). Each job keeps a state of its own in the history, and an event is sent only when
+  a state differs from the previous tick's (:func:`events_of`), so an unchanged fleet sends nothing.
 * ``events``: ``[{host, kind, level, text}]``, kind one of EVENT_KINDS (the notify action's contract).
 
-Rules (issue 11): a job gone with an incomplete queue is healed from its first unfinished item, at most
-``max_restarts`` times per item and run; an item that crashed twice with the same crash marker (its exit code and
-its first crash marker) escalates and is never restarted. A failed sync is retried alone. A host is parked only
-when its queue is complete, every item's files are verified durable (item status: ``done`` with a ``sync_dest``,
-at least one verified copy, nothing unsynced), and its GPUs have been idle for ``idle_minutes`` judged from the
-history (one sample is never enough), with the profile's ``trainer_park``: a reversible stop, in the box (AutoDL
-``shutdown``) or through the provider's API (RunPod, vast.ai). The meter-stop verb is never run; where it destroys
-and there is no park, the host escalates with the teardown command. Anything
-unsynced, unreadable or a probe error means no stop, and the reason says why.
+Rules (issues 11 and 28): a job gone (not alive, not starting) with an incomplete queue is healed by name from its
+first unfinished item, at most ``max_restarts`` times per item and run; a live job is never started again. An item
+that crashed twice with the same crash marker (its exit code and its first crash marker) escalates and is never
+restarted. A failed sync is retried alone. An item that exited 0 too fast (``too_fast``: launch_min_seconds) is
+not done: its job escalates, nothing is restarted or parked.
+
+A host is parked only when NO job on it is alive or starting, every job's queue is complete, every item's files
+are verified durable (item status: ``done`` with a ``sync_dest``, at least one verified copy, nothing unsynced),
+and its GPUs have been idle for ``idle_minutes`` judged from the history (one sample is never enough), with the
+profile's ``trainer_park``: a reversible stop, in the box (AutoDL ``shutdown``) or through the provider's API
+(RunPod, vast.ai). Where that park keeps the data disk (``trainer_park.keeps_data_disk``), files that are done but
+not durable do not keep an idle box running: it is parked, and the message names the files and the platform's
+release clock (``trainer_park.release_days``). The meter-stop verb is never run; where it destroys and there is no
+park, the host escalates with the teardown command. A job with no queue record, a probe error or anything
+unreadable means no stop, and the reason says why.
+
+A park holds until a job runs again: a tick that sees a job alive, or any job whose start (``last_start``, from
+its log) or launch (``launched_epoch``, from its trusted meta) is newer than the park, ends it; the jobs are then
+judged again (a job killed by a restart right after its launch is healed).
 """
 
 from __future__ import annotations
+
+import datetime
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer, number
 
@@ -40,11 +58,17 @@ DEFAULTS = {"heal": False, "autostop": False, "notify": False, "max_restarts": 2
 CONSOLE_HINT = ("check the platform's console: the account balance (a box stops when credit runs out), its power "
                 "state, and whether it was preempted or reclaimed")
 TEARDOWN = "ansible-playbook playbooks/teardown.yml -l {host} -e teardown_approve={host}"
+MAX_REASON = 3000
 
 # state families (the part before ":")
 FAILING = ("fail", "probe_error", "gone", "sync_failed", "heal_failed", "park_failed")
-ESCALATED = ("escalated", "unreachable_escalated", "idle_destroy_only", "idle_manual")
+ESCALATED = ("escalated", "too_fast", "unreachable_escalated", "idle_destroy_only", "idle_manual")
 DONE = ("done", "done_unsynced")
+# the host's own states (never a job's); "fail:config_error" is one too (the action plugin's)
+HOST_FAMILIES = ("unreachable", "unreachable_escalated", "probe_error", "parked", "park_failed", "idle_destroy_only",
+                 "idle_manual")
+CONFIG_ERROR = "fail:config_error"
+JOB_KEYS = ("state", "action", "wanted", "item", "run", "crash", "crash_at", "ok")
 
 
 class SettingsError(ValueError):
@@ -94,9 +118,15 @@ def probe_outcome(result):
     return True, None
 
 
+def jobs_of(result):
+    """The probe's reports of the jobs that exist on the box, in its order (every job under the run directory)."""
+    return [job for job in (result or {}).get("jobs") or []
+            if isinstance(job, dict) and job.get("exists") and isinstance(job.get("name"), str)]
+
+
 def job_of(result, name):
     """The probe's report of job ``name`` (or None)."""
-    for job in result.get("jobs") or []:
+    for job in (result or {}).get("jobs") or []:
         if isinstance(job, dict) and job.get("name") == name:
             return job
     return None
@@ -121,6 +151,16 @@ def unfinished(job):
 def sync_failed(job):
     rows = _items(job)
     return [item for item in queue_ids(job) or [] if (rows.get(item) or {}).get("state") == "sync_failed"]
+
+
+def too_fast(job):
+    """The items of the share that exited 0 sooner than launch_min_seconds (item key ``too_fast``; absent: false),
+    in queue order; when the items carry no such key but the job counts ``items_too_fast``, ``["?"]``."""
+    rows = _items(job)
+    found = [item for item in queue_ids(job) or [] if (rows.get(item) or {}).get("too_fast") is True]
+    if not found and (integer(job.get("items_too_fast")) or 0) > 0:
+        return ["?"]
+    return found
 
 
 def not_durable(job):
@@ -170,18 +210,56 @@ def _ap(record):
     return record.get("ap") if isinstance(record, dict) and isinstance(record.get("ap"), dict) else None
 
 
+def family(state):
+    return (state or "").split(":", 1)[0]
+
+
+def is_host_state(state):
+    """True for a state of the host itself (unreachable, probe error, parked, ...), never a job's."""
+    return family(state) in HOST_FAMILIES or state == CONFIG_ERROR
+
+
 def previous_state(history):
-    """The state of the latest autopilot record, or None."""
+    """The host state of the latest autopilot record, or None."""
     for record in reversed(history or []):
         if _ap(record) and _ap(record).get("state"):
             return _ap(record)["state"]
     return None
 
 
-def acted(history, action, item, run):
-    """The autopilot records of ``run`` whose ``action`` on ``item`` was carried out."""
-    return [_ap(r) for r in history or [] if _ap(r) and _ap(r).get("action") == action and _ap(r).get("item") == item
-            and _ap(r).get("run") == run and _ap(r).get("ok") is True]
+def previous_jobs(history):
+    """(state by job name, state of any other job) of the latest autopilot record that judged the jobs. A record
+    written before every job was judged (no ``jobs`` key) gives its state to every job."""
+    for record in reversed(history or []):
+        ap = _ap(record)
+        if ap is None:
+            continue
+        if isinstance(ap.get("jobs"), dict):
+            return dict((name, row.get("state")) for name, row in ap["jobs"].items() if isinstance(row, dict)), None
+        if not ap.get("state") or is_host_state(ap.get("state")):
+            continue
+        return {}, ap.get("state")
+    return {}, None
+
+
+def _job_records(history, job):
+    """The autopilot records of job ``job`` (its part of each record; an older record without ``jobs`` is one)."""
+    for record in history or []:
+        ap = _ap(record)
+        if ap is None:
+            continue
+        if isinstance(ap.get("jobs"), dict):
+            row = ap["jobs"].get(job)
+            if isinstance(row, dict):
+                yield row
+        elif not is_host_state(ap.get("state")):
+            yield ap
+
+
+def acted(history, action, item, run, job=None):
+    """The autopilot records of job ``job`` in ``run`` whose ``action`` on ``item`` was carried out."""
+    return [r for r in _job_records(history, job) if r.get("action") == action and r.get("item") == item
+            and r.get("run") == run and r.get("ok") is True]
 
 
 def idle_since(history, now, current):
@@ -213,34 +291,126 @@ def unreachable_since(history, now):
     return since
 
 
-def family(state):
-    return (state or "").split(":", 1)[0]
+def parked_at(history):
+    """When the autopilot parked the host (epoch of the latest record of a park that succeeded), or None."""
+    for record in reversed(history or []):
+        ap = _ap(record)
+        if ap and ap.get("action") == "park" and ap.get("ok") is True:
+            return number(record.get("t"))
+    return None
 
 
-def change_events(host, previous, decision):
-    """The events of a state change (pure): none when the state is the previous one."""
-    state, text = decision["state"], decision["reason"]
+def epoch_of(text):
+    """The epoch of an ISO 8601 UTC time as the job wrapper writes it (``2026-07-03T22:11:09Z``, or with an
+    offset), or None for anything else (the text comes from the box: bounded, never trusted)."""
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    value = text.strip()
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
+
+
+def started(job):
+    """The latest start of a job known from its own records (epoch): its log's last start marker
+    (``last_start``) or its trusted meta's launch time (``launched_epoch``); None when neither is known."""
+    times = [t for t in (epoch_of(job.get("last_start")), number(job.get("launched_epoch"))) if t is not None]
+    return max(times) if times else None
+
+
+def when(epoch):
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def park_enders(jobs, since):
+    """[why] for each job that shows the park of ``since`` (epoch; None: unknown) is over: alive now, or started or
+    launched after it."""
+    found = []
+    for job in jobs:
+        start = started(job)
+        if job.get("alive"):
+            found.append("job %s is alive" % job["name"])
+        elif since is not None and start is not None and start > since:
+            found.append("job %s started at %s, after the park" % (job["name"], when(start)))
+    return found
+
+
+def _host_events(host, previous, state, reason):
+    """The events of a change of the host's own state (pure): unreachable, escalated, new_fail, parked, or
+    recovered when a host that failed on its own (unreachable, probe error, ...) is judged again."""
+    if state == previous:
+        return []
+    now = family(state)
+    kind = None
+    if now == "unreachable":
+        kind = "unreachable"
+    elif now in ("unreachable_escalated", "idle_destroy_only", "idle_manual"):
+        kind = "escalated"
+    elif now in ("probe_error", "park_failed") or state == CONFIG_ERROR:
+        kind = "new_fail"
+    elif now == "parked":
+        kind = "parked"
+    elif is_host_state(previous) and family(previous) != "parked" and not is_host_state(state):
+        kind = "recovered"
+    if kind is None:
+        return []
+    return [{"host": host, "kind": kind, "level": LEVELS[kind], "text": "%s: %s" % (host, reason)}]
+
+
+def _job_events(host, previous, state, reason):
+    """The events of a change of one job's state (pure): none when the state is the previous one."""
     if state == previous:
         return []
     now, before = family(state), family(previous)
     kind = None
-    if now == "unreachable":
-        kind = "unreachable"
-    elif now in ESCALATED:
+    if now in ("escalated", "too_fast"):
         kind = "escalated"
-    elif now in FAILING:
+    elif now in ("fail", "gone", "sync_failed", "heal_failed"):
         kind = "new_fail"
     elif now == "healed":
         kind = "healed"
-    elif now == "parked":
-        kind = "parked"
     elif now in DONE and before not in DONE + ("parked",):
         kind = "queue_done"
-    elif now in ("running", "done", "stopped", "idle") and (before in FAILING + ESCALATED or before == "unreachable"):
+    elif now in ("running", "done", "stopped") and before in FAILING + ESCALATED:
         kind = "recovered"
     if kind is None:
         return []
-    return [{"host": host, "kind": kind, "level": LEVELS[kind], "text": "%s: %s" % (host, text)}]
+    return [{"host": host, "kind": kind, "level": LEVELS[kind], "text": "%s: %s" % (host, reason)}]
+
+
+def change_events(host, previous, decision):
+    """The events of a host state change (pure), for a decision without jobs (kept for callers of one state)."""
+    return _host_events(host, previous, decision["state"], decision["reason"])
+
+
+def _job_view(job):
+    """A job's decision as it will read once its action succeeded."""
+    if job["action"] in ("heal", "retry_sync"):
+        return "healed:%s" % job["item"]
+    return job["state"]
+
+
+def events_of(found, settled=False):
+    """Every event of a host's decision (pure): the host's own state change, then each job's. Before the action
+    ran (``settled`` false), a heal or park reads as done, so that decide() announces what will be sent."""
+    host = found["host"]
+    state = found["state"]
+    if not settled and found["action"] == "park":
+        state = "parked"
+    events = _host_events(host, found.get("previous"), state, found["reason"])
+    for job in found.get("jobs") or []:
+        view = job["state"] if settled else _job_view(job)
+        for event in _job_events(host, job.get("previous"), view, job["reason"]):
+            # the message of a park (or of the escalation of an idle box) says that every queue is done
+            if not (event["kind"] == "queue_done" and state in ("parked", "idle_destroy_only", "idle_manual")):
+                events.append(event)
+    return events
 
 
 def _decision(state, action, reason, item=None, **extra):
@@ -258,74 +428,136 @@ def _opt(found, opted, setting):
 
 
 def _heal(job, settings, history, run):
+    name = job["name"]
     gone = unfinished(job)
     item = gone[0]
     signature = crash_signature(job, item)
     finished = (_items(job).get(item) or {}).get("finished")
-    heals = acted(history, "heal", item, run)
+    heals = acted(history, "heal", item, run, name)
     same = [h for h in heals if signature is not None and h.get("crash") == signature and h.get("crash_at") != finished]
     done = len(queue_ids(job) or []) - len(gone) - len(sync_failed(job))
     if same:
         return _decision("escalated:%s" % item, "escalate",
-                         "item %s crashed twice the same way (%s): a deterministic crash is a bug, not bad luck; not "
-                         "restarted. Read its log, fix it, then relaunch" % (item, signature), item, crash=signature,
-                         crash_at=finished)
+                         "job %s: item %s crashed twice the same way (%s): a deterministic crash is a bug, not bad "
+                         "luck; not restarted. Read its log, fix it, then relaunch" % (name, item, signature), item,
+                         crash=signature, crash_at=finished)
     if len(heals) >= settings["max_restarts"]:
         return _decision("escalated:%s" % item, "escalate",
-                         "item %s was restarted %d time(s) already (autopilot_max_restarts %d); not restarted again"
-                         % (item, len(heals), settings["max_restarts"]), item, crash=signature, crash_at=finished)
+                         "job %s: item %s was restarted %d time(s) already (autopilot_max_restarts %d); not "
+                         "restarted again" % (name, item, len(heals), settings["max_restarts"]), item,
+                         crash=signature, crash_at=finished)
     how = "crashed (%s)" % signature if signature else "was interrupted (no status: a restart, a kill, a preemption)"
     return _opt(_decision("gone:%s" % item, "heal",
-                          "job %s is gone at %d/%d items; item %s %s: restart the queue from item %s (restart %d of "
-                          "at most %d)" % (job.get("name"), done, len(queue_ids(job)), item, how, item, len(heals) + 1,
-                                           settings["max_restarts"]), item, crash=signature, crash_at=finished),
-                settings["heal"], "heal")
+                          "job %s is gone at %d/%d items; item %s %s: restart job %s's queue from item %s (restart "
+                          "%d of at most %d)" % (name, done, len(queue_ids(job)), item, how, name, item,
+                                                 len(heals) + 1, settings["max_restarts"]),
+                          item, crash=signature, crash_at=finished), settings["heal"], "heal")
 
 
 def _retry_sync(job, settings, history, run):
+    name = job["name"]
     item = sync_failed(job)[0]
     row = _items(job).get(item) or {}
     files = ", ".join(str(f) for f in row.get("unsynced") or []) or "its files"
-    tries = acted(history, "retry_sync", item, run)
+    tries = acted(history, "retry_sync", item, run, name)
     if len(tries) >= settings["max_restarts"]:
         return _decision("escalated:%s" % item, "escalate",
-                         "item %s trained but %s is not durable after %d sync retries: fix the durable tier, then "
-                         "relaunch; nothing is stopped" % (item, files, len(tries)), item)
+                         "job %s: item %s trained but %s is not durable after %d sync retries: fix the durable "
+                         "tier, then relaunch; nothing is stopped" % (name, item, files, len(tries)), item)
     return _opt(_decision("sync_failed:%s" % item, "retry_sync",
-                          "item %s trained but %s is not durable: retry its sync alone (no retraining); nothing is "
-                          "stopped until it is durable" % (item, files), item), settings["heal"], "heal")
+                          "job %s: item %s trained but %s is not durable: retry its sync alone (no retraining); "
+                          "nothing is stopped until it is durable" % (name, item, files), item),
+                settings["heal"], "heal")
 
 
-def _park(host, job, result, settings, history, meter_stop, now, billing, park):
+def judge_job(job, result, settings, history):
+    """One job's decision (pure): running (or a FAIL finding of its own or of the box), stopped (no queue record),
+    heal, retry_sync, too_fast (escalate), done or done_unsynced (the park is the host's)."""
+    name, run = job["name"], job.get("run_id")
+    if job.get("alive"):
+        fails = [f for f in result.get("findings") or [] if isinstance(f, dict) and f.get("level") == "FAIL"
+                 and f.get("job") in (None, name)]
+        if fails:
+            return _decision("fail:%s" % fails[0].get("code"), "none", "job %s running, but %s: %s" % (
+                name, fails[0].get("code"), " ".join(str(fails[0].get("message") or "").split())[:300]))
+        return _decision("running", "none", "job %s running (%s/%s items done)" % (
+            name, job.get("items_done"), job.get("items_total")))
+    if queue_ids(job) is None:
+        return _decision("stopped", "none", "job %s is not running and launch recorded no queue for it (%s): "
+                         "nothing to resume, and nothing proves its files durable" % (
+                             name, "exit %s" % job.get("last_exit_code")))
+    if unfinished(job):
+        return _heal(job, settings, history, run)
+    if sync_failed(job):
+        return _retry_sync(job, settings, history, run)
+    fast = too_fast(job)
+    if fast:
+        rows = _items(job)
+        what = ", ".join("%s (%ss)" % (i, (rows.get(i) or {}).get("seconds", "?")) if i != "?" else
+                         "%s item(s)" % job.get("items_too_fast") for i in fast)
+        return _decision("too_fast:%s" % fast[0], "escalate",
+                         "job %s: item(s) %s exited 0 sooner than launch_min_seconds (item_too_fast): not counted "
+                         "as done, so the box is not parked and nothing is restarted; read the item's log, fix it, "
+                         "then relaunch" % (name, what), fast[0])
     missing = not_durable(job)
     if missing:
-        return _decision("done_unsynced", "none", "queue done, not parked: %s" % "; ".join(why for _i, why in missing),
-                         missing[0][0])
+        return _decision("done_unsynced", "none", "job %s: queue done; %s" % (
+            name, "; ".join(why for _i, why in missing)), missing[0][0], missing=[why for _i, why in missing])
+    return _decision("done", "none", "job %s: queue done (%d items), every file durable" % (
+        name, len(queue_ids(job) or [])))
+
+
+def _keeps_disk(park):
+    return park.get("verb", "none") != "none" and park.get("keeps_data_disk") is True
+
+
+def _park(host, jobs, result, settings, history, meter_stop, now, billing, park):
+    """The host's decision when every job's queue is done and no job is alive (``jobs``: their decisions)."""
+    park = park if isinstance(park, dict) else {}
+    meter_stop = meter_stop if isinstance(meter_stop, dict) else {}
+    names = ", ".join(job["job"] for job in jobs)
+    missing = ["job %s: %s" % (job["job"], why) for job in jobs for why in job.get("missing") or []]
+    state = "done_unsynced" if missing else "done"
+    if missing and not _keeps_disk(park):
+        return _decision(state, "none", "queue done (jobs %s), not parked: %s%s" % (
+            names, "; ".join(missing), "" if park.get("verb", "none") == "none" else
+            "; the profile's park (%s) does not keep the data disk (trainer_park.keeps_data_disk)" % park.get("verb")),
+            next(job["item"] for job in jobs if job.get("missing")))
+    durable = "every queue done (jobs %s), %s" % (
+        names, "NOT every file durable" if missing else "every file durable")
     util = gpu_util(result)
     since = idle_since(history, now, util)
     if util is None:
-        return _decision("done", "none", "queue done and durable; GPU use unknown, so not parked")
+        return _decision(state, "none", "%s; GPU use unknown, so not parked" % durable)
     if since is None:
-        return _decision("done", "none", "queue done and durable; GPUs busy (%s%%), not parked" % util)
+        return _decision(state, "none", "%s; GPUs busy (%s%%), not parked" % (durable, util))
     minutes = (now - since) / 60.0
     if minutes < settings["idle_minutes"]:
-        return _decision("done", "none", "queue done and durable; GPUs idle for %d of %d min (autopilot_idle_minutes)"
-                         % (int(minutes), settings["idle_minutes"]))
-    meter_stop = meter_stop if isinstance(meter_stop, dict) else {}
-    park = park if isinstance(park, dict) else {}
+        return _decision(state, "none", "%s; GPUs idle for %d of %d min (autopilot_idle_minutes)" % (
+            durable, int(minutes), settings["idle_minutes"]))
     cost = ""
     price = number((billing or {}).get("price"))
     if price:
         cost = "; about %.2f %s so far while idle" % (price * minutes / 60.0, (billing or {}).get("currency") or "")
-    idle = "queue done, every file durable, GPUs idle for %d min%s" % (int(minutes), cost)
+    idle = "%s, no job alive, GPUs idle for %d min%s" % (durable, int(minutes), cost)
     verb, command, api = park.get("verb") or "none", park.get("command"), park.get("api") or {}
+    keeps = park.get("keeps") or "the disks"
+    unsynced = {}
+    if missing:
+        days = integer(park.get("release_days"))
+        clock = (" The platform releases a parked box after %d days, and its data disk with it: start it and sync "
+                 "or pull them before %s" % (days, when(now + days * 86400)) if days else
+                 " Start it and sync or pull them before you release it")
+        keeps += (". It keeps the data disk, where these files are NOT durable yet: %s.%s"
+                  % ("; ".join(missing), clock))
+        unsynced = {"unsynced": missing, "release_days": days or None}
     if verb != "none" and isinstance(command, list) and command:
-        return _opt(_decision("done", "park", "%s: park it with %s (%s, reversible; keeps %s)" % (
-            idle, verb, " ".join(str(word) for word in command), park.get("keeps") or "the disks"), verb=verb,
-            via="command", command=[str(word) for word in command]), settings["autostop"], "autostop")
+        return _opt(_decision(state, "park", "%s: park it with %s (%s, reversible; keeps %s)" % (
+            idle, verb, " ".join(str(word) for word in command), keeps), verb=verb,
+            via="command", command=[str(word) for word in command], **unsynced), settings["autostop"], "autostop")
     if verb != "none" and isinstance(api, dict) and api.get("provider"):
-        return _opt(_decision("done", "park", "%s: park it with %s through the %s API (reversible; keeps %s)" % (
-            idle, verb, api["provider"], park.get("keeps") or "the disks"), verb=verb, via="api", api=dict(api)),
+        return _opt(_decision(state, "park", "%s: park it with %s through the %s API (reversible; keeps %s)" % (
+            idle, verb, api["provider"], keeps), verb=verb, via="api", api=dict(api), **unsynced),
             settings["autostop"], "autostop")
     if meter_stop.get("reversible") is not True:
         return _decision("idle_destroy_only", "escalate",
@@ -343,21 +575,60 @@ def console_hint(clocks=None):
     return CONSOLE_HINT + ("; on this platform: %s" % "; ".join(facts) if facts else "")
 
 
-def decide(host, result, history, settings, meter_stop=None, now=0, job_name="train", billing=None, park=None,
-           clocks=None):
-    """One host's decision (pure). ``result``: the registered job_status result (unreachable, failed, skipped or
-    None included); ``history``: the host's records, oldest first; ``settings``: settings_of's dict;
-    ``meter_stop``: the profile's trainer_meter_stop (never run: it names the teardown when the box cannot be
-    parked); ``park``: the profile's trainer_park (a reversible stop, in the box or through the API); ``billing``:
-    {price, currency} when the box bills; ``clocks``: the profile's trainer_danger_clocks (the console hint of a box
-    that stays unreachable names them)."""
+def _joined(lead, jobs):
+    """The host's reason: the leading job's, then the others' (bounded)."""
+    text = "; ".join([lead["reason"]] + [job["reason"] for job in jobs if job is not lead])
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3] + "..."
+
+
+def _combine(host, decisions, result, settings, history, meter_stop, now, billing, park):
+    """The host's decision from its jobs' (pure): heal every gone job, else escalate, else report, else wait for
+    the live jobs, else (every queue done, no job alive) the park."""
+    if not decisions:
+        return _decision("idle", "none", "no job under the run directory on this host")
+    healing = [job for job in decisions if job["action"] in ("heal", "retry_sync")]
+    escalating = [job for job in decisions if job["action"] == "escalate"]
+    reporting = [job for job in decisions if job["action"] == "report"]
+    alive = [job for job in decisions if family(job["state"]) in ("running", "fail")]
+    settled = all(family(job["state"]) in DONE for job in decisions)
+    lead = (healing or escalating or reporting or sorted(alive, key=lambda job: job["state"] == "running")
+            or ([] if settled else [job for job in decisions if family(job["state"]) not in DONE]) or [None])[0]
+    if lead is None:
+        return _park(host, decisions, result, settings, history, meter_stop, now, billing, park)
+    action = lead["action"]
+    if healing:
+        action = "heal" if any(job["action"] == "heal" for job in healing) else "retry_sync"
+    found = _decision(lead["state"], action, _joined(lead, decisions), lead["item"], job=lead["job"])
+    found["wanted"] = lead["wanted"]
+    if healing:
+        found["heal_jobs"] = [job["job"] for job in healing]
+    return found
+
+
+def decide(host, result, history, settings, meter_stop=None, now=0, billing=None, park=None, clocks=None):
+    """One host's decision over every job on it (pure). ``result``: the registered job_status result of every job
+    under the run directory (unreachable, failed, skipped or None included); ``history``: the host's records,
+    oldest first; ``settings``: settings_of's dict; ``meter_stop``: the profile's trainer_meter_stop (never run: it
+    names the teardown when the box cannot be parked); ``park``: the profile's trainer_park (a reversible stop, in
+    the box or through the API; ``keeps_data_disk`` and ``release_days`` say what a park keeps); ``billing``:
+    {price, currency} when the box bills; ``clocks``: the profile's trainer_danger_clocks (the console hint of a
+    box that stays unreachable names them)."""
     previous = previous_state(history)
     reachable, error = probe_outcome(result)
-    job = None if error else job_of(result, job_name)
-    run = (job or {}).get("run_id")
-    if family(previous) == "parked" and (not reachable or (job and not job.get("alive"))):
-        found = _decision("parked", "none", "parked earlier; %s" % (
-            "it does not answer, as a parked box should" if not reachable else "its job has not run since"))
+    jobs = [] if error else jobs_of(result)
+    ended = held = None
+    if family(previous) == "parked" and not (reachable and error):
+        since = parked_at(history)
+        enders = park_enders(jobs, since) if reachable else []
+        at = " at %s" % when(since) if since is not None else " earlier"
+        if enders:
+            ended = "the park%s ended: %s" % (" of %s" % when(since) if since is not None else "", "; ".join(enders))
+        else:
+            held = _decision("parked", "none", "parked%s; %s" % (
+                at, "it does not answer, as a parked box should" if not reachable else
+                "no job has run or started on it since"))
+    if held:
+        found = held
     elif not reachable:
         since = unreachable_since(history, now)
         minutes = (now - since) / 60.0
@@ -369,64 +640,76 @@ def decide(host, result, history, settings, meter_stop=None, now=0, job_name="tr
             found = _decision("unreachable", "none", "unreachable (%s); nothing is healed or stopped" % error)
     elif error:
         found = _decision("probe_error", "none", "the probe failed (%s); nothing is healed or stopped" % error)
-    elif job is None or not job.get("exists"):
-        found = _decision("idle", "none", "no job %s on this host" % job_name)
-    elif job.get("alive"):
-        fails = [f for f in result.get("findings") or [] if isinstance(f, dict) and f.get("level") == "FAIL"]
-        if fails:
-            found = _decision("fail:%s" % fails[0].get("code"), "none", "job running, but %s: %s" % (
-                fails[0].get("code"), " ".join(str(fails[0].get("message") or "").split())[:300]))
-        else:
-            found = _decision("running", "none", "job %s running (%s/%s items done)" % (
-                job_name, job.get("items_done"), job.get("items_total")))
-    elif queue_ids(job) is None:
-        found = _decision("stopped", "none", "job %s is not running and launch recorded no queue for it (%s): "
-                          "nothing to resume or park" % (job_name, "exit %s" % job.get("last_exit_code")))
-    elif unfinished(job):
-        found = _heal(job, settings, history, run)
-    elif sync_failed(job):
-        found = _retry_sync(job, settings, history, run)
     else:
-        found = _park(host, job, result, settings, history, meter_stop, now, billing, park)
-    found.update(host=host, run=run, util=gpu_util(result) if reachable and not error else None,
+        before, legacy = previous_jobs(history)
+        decisions = []
+        for job in jobs:
+            decision = judge_job(job, result, settings, history)
+            decision.update(job=job["name"], run=job.get("run_id"), previous=before.get(job["name"], legacy))
+            decisions.append(decision)
+        found = _combine(host, decisions, result, settings, history, meter_stop, now, billing, park)
+        found["jobs"] = decisions
+        found.setdefault("heal_jobs", [])
+        if ended:
+            found["park_ended"] = ended
+            found["reason"] = "%s; %s" % (ended, found["reason"])
+    lead = next((job for job in found.get("jobs") or [] if job["job"] == found.get("job")), None)
+    found.update(host=host, run=(lead or {}).get("run"), util=gpu_util(result) if reachable and not error else None,
                  previous=previous)
-    found["events"] = change_events(host, previous, _settled_view(found))
-    return found
-
-
-def _settled_view(found):
-    """The decision as it will read once its action succeeded (for the events decide() announces)."""
-    if found["action"] in ("heal", "retry_sync"):
-        return dict(found, state="healed:%s" % found["item"])
-    if found["action"] == "park":
-        return dict(found, state="parked")
+    found["events"] = events_of(found)
     return found
 
 
 def settle(decision, outcome=None):
-    """The decision after its action ran: ``outcome`` is {ok: bool, msg} (None when nothing ran) -> the decision
-    with ``ok``, ``acted``, the final ``state`` and its events. A failed heal or park is a new FAIL."""
+    """The decision after its action ran: ``outcome`` is ``{ok, msg}`` of the park, or ``{"jobs": {name: {ok,
+    msg}}}`` of the heals (a job missing there did not run), None when nothing ran -> the decision with ``ok``,
+    ``acted``, the final ``state`` (the host's, and each healed job's) and its events. A failed heal or park is a
+    new FAIL."""
     found = dict(decision)
+    found["jobs"] = [dict(job) for job in decision.get("jobs") or []] if "jobs" in decision else None
+    if found["jobs"] is None:
+        found.pop("jobs")
     if outcome is None or found["action"] not in ("heal", "retry_sync", "park"):
         found.update(ok=None, acted=False)
-        found["events"] = change_events(found["host"], found.get("previous"), found)
+        found["events"] = events_of(found, settled=True)
         return found
-    ok = bool(outcome.get("ok"))
-    msg = " ".join(str(outcome.get("msg") or "").split())[:300]
     if found["action"] == "park":
+        ok = bool(outcome.get("ok"))
+        msg = " ".join(str(outcome.get("msg") or "").split())[:300]
         state = "parked" if ok else "park_failed"
         reason = found["reason"] + ("; parked: %s" % msg if ok else "; the verb FAILED: %s" % msg)
-    else:
-        state = ("healed:%s" if ok else "heal_failed:%s") % found["item"]
-        reason = found["reason"] + ("; restarted: %s" % msg if ok else "; the restart FAILED: %s" % msg)
-    found.update(ok=ok, acted=True, state=state, reason=reason)
-    found["events"] = change_events(found["host"], found.get("previous"), found)
+        found.update(ok=ok, acted=True, state=state, reason=reason)
+        found["events"] = events_of(found, settled=True)
+        return found
+    results = outcome.get("jobs") if isinstance(outcome.get("jobs"), dict) else {}
+    oks = []
+    for job in found.get("jobs") or []:
+        if job["job"] not in (found.get("heal_jobs") or []):
+            continue
+        ran = results.get(job["job"]) or {"ok": False, "msg": "the heal task did not run for job %s" % job["job"]}
+        ok = bool(ran.get("ok"))
+        msg = " ".join(str(ran.get("msg") or "").split())[:300]
+        job.update(ok=ok, state=("healed:%s" if ok else "heal_failed:%s") % job["item"],
+                   reason=job["reason"] + ("; restarted: %s" % msg if ok else "; the restart FAILED: %s" % msg))
+        oks.append(ok)
+    lead = next((job for job in found.get("jobs") or [] if job["job"] == found.get("job")), None)
+    if lead is not None:
+        found["state"] = lead["state"]
+        found["reason"] = ("%s; " % found["park_ended"] if found.get("park_ended") else "") + _joined(
+            lead, found["jobs"])
+    found.update(ok=bool(oks) and all(oks), acted=True)
+    found["events"] = events_of(found, settled=True)
     return found
 
 
 def history_fields(decision):
-    """What a history record keeps of a settled decision (its ``ap`` key)."""
-    keys = ("state", "action", "wanted", "reason", "item", "run", "crash", "crash_at", "ok", "acted")
-    found = dict((key, decision.get(key)) for key in keys if decision.get(key) is not None)
+    """What a history record keeps of a settled decision (its ``ap`` key): the host's part, and each judged
+    job's state (``jobs``, absent when the jobs were not judged)."""
+    keys = ("state", "action", "wanted", "reason", "item", "job", "run", "crash", "crash_at", "ok", "acted",
+            "heal_jobs")
+    found = dict((key, decision.get(key)) for key in keys if decision.get(key) not in (None, []))
+    if isinstance(decision.get("jobs"), list):
+        found["jobs"] = dict((job["job"], dict((key, job.get(key)) for key in JOB_KEYS if job.get(key) is not None))
+                             for job in decision["jobs"])
     found["events"] = [event["kind"] for event in decision.get("events") or []]
     return found

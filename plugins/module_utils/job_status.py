@@ -137,6 +137,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "current_item": scan["current_item"],
         "earlier_crashes": scan["earlier_crashes"],
         "last_start": scan["last_start"],
+        "launched_epoch": meta.get("launched_epoch") if isinstance(meta.get("launched_epoch"), (int, float))
+        and not isinstance(meta.get("launched_epoch"), bool) else None,
         "log_path": log_path,
         "log_exists": mtime is not None,
         "log_age_seconds": int(max(0, now - mtime)) if mtime is not None else None,

@@ -18,11 +18,20 @@ description:
     C(playbooks/autopilot.yml) calls it twice, with O(phase=decide) after the probe and O(phase=record) after
     the actions.
   - V(decide) reads each host's probe result (the variable O(probe_var), registered by
-    M(remote_gpu.trainer.job_status)), its history (C(<history_dir>/<host>.jsonl)), its opt-ins and limits
+    M(remote_gpu.trainer.job_status) without a job name, so that it reports every job under the run directory),
+    its history (C(<history_dir>/<host>.jsonl)), its opt-ins and limits
     (C(autopilot_heal), C(autopilot_autostop), C(autopilot_notify), C(autopilot_max_restarts),
     C(autopilot_idle_minutes), C(autopilot_unreachable_minutes)) and its profile's C(trainer_meter_stop), and
     returns one decision per host in RV(decisions). The rules are the pure functions of
     C(plugins/module_utils/autopilot.py).
+  - Every job on the host is judged. A job that is gone (not alive, not starting) while its queue is incomplete
+    is healed by name (C(heal_jobs)); a live job is never started again. A park needs every job's queue done
+    (an item that exited 0 too fast, C(too_fast), is not done), no job alive or starting, every item's files
+    durable, and the GPUs idle for C(autopilot_idle_minutes). Where the profile's C(trainer_park.keeps_data_disk)
+    is true, files that are done but not durable do not prevent the park; the reason names them and the
+    platform's C(trainer_park.release_days).
+  - A park holds until a job runs again. A job alive, or a job whose C(last_start) or C(launched_epoch) (from
+    its own records on the box) is newer than the park, ends it, and the jobs are judged again.
   - A decision's C(act) names the action to run on the box (V(heal), V(retry_sync) or V(park)); it is set only
     for a host opted in to it, never in check mode, and for V(park) only when the profile's verb is reversible
     and runs in the box, with no unresolved C($VAR) placeholder (C(open) is then true).
@@ -50,10 +59,6 @@ options:
     description: The variable that registered each host's M(remote_gpu.trainer.job_status) result.
     type: str
     default: autopilot_probe
-  job:
-    description: The job the autopilot watches on every host (launch's C(launch_name)).
-    type: str
-    default: train
   history_dir:
     description:
       - The directory of the per-host history files (shared with patrol and preflight).
@@ -69,7 +74,9 @@ options:
     type: dict
     default: {}
   heal_var:
-    description: The variable that registered each host's heal (M(remote_gpu.trainer.detached_job) V(resumed)).
+    description:
+      - The variable that registered each host's heal (M(remote_gpu.trainer.detached_job) V(resumed)), a loop
+        over the decision's C(heal_jobs), one result per job (C(item) the job's name).
     type: str
     default: autopilot_heal_result
   park_var:
@@ -96,12 +103,18 @@ decisions:
   description:
     - One decision per host, by host name, with C(action) (none, heal, retry_sync, park, escalate, report),
       C(wanted) (what it would do when opted in), C(act) (what the playbook runs, or null), C(open), C(state),
-      C(reason), C(item) and C(events).
+      C(reason), C(item), C(job) (the job that leads the decision) and C(events).
+    - C(jobs) lists the decision of each job on the host (C(job), C(state), C(action), C(wanted), C(reason),
+      C(item), C(run)); absent when the jobs were not judged (unreachable, probe error, a park that holds).
+      C(heal_jobs) names the jobs the heal restarts, by name. C(park_ended) says which job ended an earlier
+      park.
   type: dict
   returned: always
   sample:
-    lab-01: {action: heal, wanted: heal, act: heal, open: false, state: "gone:001", item: "001",
-             reason: "job train is gone at 1/3 items; item 001 was interrupted ...", events: []}
+    lab-01: {action: heal, wanted: heal, act: heal, open: false, state: "gone:001", item: "001", job: exp2,
+             heal_jobs: [exp2], reason: "job exp2 is gone at 1/3 items; item 001 was interrupted ...; job train
+             running (3/5 items done)", jobs: [{job: exp2, state: "gone:001", action: heal}, {job: train,
+             state: running, action: none}], events: []}
 events:
   description: With O(phase=record), the events of every host's state change, C({host, kind, level, text}).
   type: list

@@ -222,6 +222,8 @@ jobs:
     - C(min_seconds) is that record (null when launch recorded none, or 0), C(items_too_fast) the number of items
       that were too fast; they make one C(item_too_fast) finding per job (WARN, or FAIL when launch recorded
       C(launch_min_seconds_fail)).
+    - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
+      trusted C(job.meta.json) (null when it is missing or untrusted).
   type: list
   elements: dict
   returned: always
@@ -250,6 +252,7 @@ jobs:
       current_item: "018"
       earlier_crashes: [{item: "011", crash_marker_count: 1, first: {line_no: 2210, kind: cuda_oom, text: "..."}}]
       last_start: "2026-07-03T22:11:09Z"
+      launched_epoch: 1783116669.2
       log_path: /root/autodl-tmp/jobs/ablations/job.log
       log_age_seconds: 2710
       log_skipped_bytes: 0

@@ -1,6 +1,10 @@
 """The autopilot on the lab fleet (issue 11), as a user runs it: launch.yml once, then only
 `ansible-playbook playbooks/autopilot.yml` ticks, with the opt-ins as extra vars.
 
+* Every job under the run directory is judged (issue 28): two experiments on one box (launch_name train and exp2)
+  with an idle GPU are never parked while either is alive, and parked exactly once when both are done; a box parked
+  and then given a new queue that the platform kills by a restart before the next tick is healed, because the
+  job's own records show a launch after the park.
 * A host rebooted mid-item is healed by ticks alone: the queue completes there, the interrupted item ran twice and
   every other item once (on both hosts).
 * An item that crashes the same way twice is restarted once, then escalated, and never started a third time.
@@ -98,10 +102,17 @@ def item_runs(fleet, host):
     return sorted(line.split()[0] for line in runs(fleet, host) if line.strip())
 
 
+def fresh(fleet, *hosts):
+    """A box with no job of an earlier test on it (the autopilot judges every job under the run directory)."""
+    for host in hosts:
+        fleet.ssh(host, "rm -rf ~/.trainer/jobs ~/launch-runs.log")
+
+
 def test_a_host_rebooted_mid_item_is_healed_by_ticks_alone(fleet, src, tmp_path, hook):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     flag = "/root/go-heal"
+    fresh(fleet, "lab-01", "lab-02")
     # lab-01 runs 000 and 002, lab-02 runs 001 and 003; item 000 waits for a flag, so the reboot hits it mid-item
     launch(fleet, src, "-l", "lab-01,lab-02", extra={"launch_queue": ["h0 --wait %s" % flag, "h1", "h2", "h3"]})
     wait_for(lambda: "000" in item_runs(fleet, "lab-01"), what="item 000 to start on lab-01")
@@ -147,10 +158,10 @@ def test_a_host_rebooted_mid_item_is_healed_by_ticks_alone(fleet, src, tmp_path,
 def test_the_same_crash_twice_is_restarted_once_then_escalated(fleet, src, tmp_path, hook):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
-    fleet.ssh("lab-02", "rm -f ~/launch-runs.log")
+    fresh(fleet, "lab-02")
     launch(fleet, src, "-l", "lab-02", extra={"launch_name": "crashy", "launch_queue": ["c0 --fail"]})
     assert wait_finished(fleet, "lab-02", "crashy")["exit_code"] != 0
-    opt = ["-l", "lab-02", "-e", "autopilot_job=crashy autopilot_heal=true autopilot_notify=true",
+    opt = ["-l", "lab-02", "-e", "autopilot_heal=true autopilot_notify=true",
            "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
     _proc, report = tick(fleet, laptop, hook, *opt)
     row = by_host(report)["lab-02"]
@@ -182,6 +193,7 @@ def test_done_and_durable_is_parked_once_and_unsynced_never(fleet, src, tmp_path
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     flag = "/root/go-park"
+    fresh(fleet, "lab-01", "lab-03")
     # lab-01 (region A) runs 000; lab-03 (region B) runs 001, which waits while its durable FS is filled up
     launch(fleet, src, "-l", "lab-01,lab-03", extra={"launch_name": "fin", "launch_queue": ["p0", "p1 --wait %s" % flag]})
     assert wait_finished(fleet, "lab-01", "fin")["exit_code"] == 0
@@ -193,7 +205,7 @@ def test_done_and_durable_is_parked_once_and_unsynced_never(fleet, src, tmp_path
         now = time.time()
         for host in ("lab-01", "lab-03"):
             seed_idle_history(laptop, host, now)
-        opt = ["-l", "lab-01,lab-03", "-e", "autopilot_job=fin autopilot_autostop=true autopilot_notify=true "
+        opt = ["-l", "lab-01,lab-03", "-e", "autopilot_autostop=true autopilot_notify=true "
                "autopilot_idle_minutes=30", "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
         _proc, report = tick(fleet, laptop, hook, *opt)
         rows = by_host(report)
@@ -223,10 +235,11 @@ def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     flag = "/root/go-steady"
+    fresh(fleet, "lab-02")
     launch(fleet, src, "-l", "lab-02", extra={"launch_name": "steady", "launch_queue": ["s0 --wait %s --fail" % flag]})
     wait_for(lambda: "000" in [line.split()[0] for line in runs(fleet, "lab-02") if "s0" in line],
              what="the steady item to start")
-    opt = ["-l", "lab-02", "-e", "autopilot_job=steady autopilot_notify=true",
+    opt = ["-l", "lab-02", "-e", "autopilot_notify=true",
            "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
     counter = SshCounter(tmp_path)
     fleet.extra_env = counter.env
@@ -252,7 +265,8 @@ def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src
 def test_a_vanished_host_is_reported_once_and_recovers(fleet, tmp_path, hook):
     laptop = tmp_path / "laptop"
     laptop.mkdir()
-    opt = ["-l", "lab-03", "-e", "autopilot_job=nothing autopilot_notify=true ansible_timeout=5",
+    fresh(fleet, "lab-03")
+    opt = ["-l", "lab-03", "-e", "autopilot_notify=true ansible_timeout=5",
            "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
     state_env = dict(os.environ, LAB_STATE_DIR=fleet.state)
     _proc, report = tick(fleet, laptop, hook, *opt)
@@ -277,6 +291,7 @@ def test_a_runpod_box_is_parked_through_the_api_stop_never_terminated(fleet, src
     keeps the volume. Without the key on the controller it is not parked and the reason names the variable."""
     laptop = tmp_path / "laptop"
     laptop.mkdir()
+    fresh(fleet, "lab-04")
     launch(fleet, src, "-l", "lab-04", extra={"launch_name": "rp", "launch_queue": ["r0"]})
     assert wait_finished(fleet, "lab-04", "rp")["exit_code"] == 0
     seed_idle_history(laptop, "lab-04", time.time())
@@ -284,7 +299,7 @@ def test_a_runpod_box_is_parked_through_the_api_stop_never_terminated(fleet, src
     fake = fake_api.FakeAPI("runpod", "fake-key", [pod]).start()
     monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
     try:
-        opt = ["-l", "lab-04", "-e", "autopilot_job=rp autopilot_autostop=true autopilot_idle_minutes=30",
+        opt = ["-l", "lab-04", "-e", "autopilot_autostop=true autopilot_idle_minutes=30",
                "-e", json.dumps({"runpod_pod_id": pod["id"], "provider_api_url": fake.url})]
         _proc, report = tick(fleet, laptop, hook, *opt)
         row = by_host(report)["lab-04"]
@@ -308,3 +323,105 @@ def test_a_runpod_box_is_parked_through_the_api_stop_never_terminated(fleet, src
         assert fleet.meter("lab-04") == []
     finally:
         fake.stop()
+
+
+def lines_of(fleet, host, name):
+    """The runs of the items whose command names ``name`` (train.sh NAME) on ``host``."""
+    return [line for line in runs(fleet, host) if len(line.split()) > 1 and line.split()[1] == name]
+
+
+def test_two_experiments_on_one_box_no_park_while_any_job_is_alive_then_exactly_one(fleet, src, tmp_path, hook):
+    """Issue 28: launch_name train and exp2 on one AutoDL box, the GPU emulator idle (h100-idle) all along, as in a
+    CPU-bound step: no park while either job is alive or starting, exactly one park once both are done and durable
+    and the idle window has passed. Live jobs are never started a second time."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    fresh(fleet, "lab-02")
+    go_train, go_exp2 = "/root/go-two-train", "/root/go-two-exp2"
+    parks = len(fleet.meter("lab-02"))  # the box's meter log outlives the tests
+    fleet.ssh("lab-02", "rm -f %s %s" % (go_train, go_exp2))
+    launch(fleet, src, "-l", "lab-02", extra={"launch_queue": ["t0 --wait %s" % go_train]})
+    launch(fleet, src, "-l", "lab-02", extra={"launch_name": "exp2",
+                                              "launch_queue": ["e0 --epochs 3 --wait %s" % go_exp2]})
+    wait_for(lambda: lines_of(fleet, "lab-02", "t0") and lines_of(fleet, "lab-02", "e0"), what="both jobs to start")
+    seed_idle_history(laptop, "lab-02", time.time())  # 40 min of an idle GPU: only the jobs can stop a park
+    opt = ["-l", "lab-02", "-e", "autopilot_autostop=true autopilot_heal=true autopilot_notify=true "
+           "autopilot_idle_minutes=30", "-e", json.dumps({"autopilot_notify_sinks": SINKS})]
+
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-02"]
+    assert (row["action"], row["state"]) == ("none", "running"), row["reason"]
+    assert sorted((job["job"], job["state"]) for job in row["jobs"]) == [("exp2", "running"), ("train", "running")]
+    assert "job train running" in row["reason"] and "job exp2 running" in row["reason"]
+
+    fleet.ssh("lab-02", "touch %s" % go_train)
+    assert wait_finished(fleet, "lab-02", "train")["exit_code"] == 0
+    for _tick in range(2):  # train done and durable, exp2 alive at its last epoch: never parked, never restarted
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        row = by_host(report)["lab-02"]
+        assert (row["action"], row["state"], row["job"]) == ("none", "running", "exp2"), row["reason"]
+        assert "job train: queue done" in row["reason"] and "job exp2 running" in row["reason"]
+    assert len(fleet.meter("lab-02")) == parks
+
+    fleet.ssh("lab-02", "touch %s" % go_exp2)
+    assert wait_finished(fleet, "lab-02", "exp2")["exit_code"] == 0
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-02"]
+    assert (row["action"], row["ok"], row["state"]) == ("park", True, "parked"), row["reason"]
+    assert "every queue done (jobs " in row["reason"] and "every file durable, no job alive" in row["reason"]
+    assert re.search(r"GPUs idle for 4\d min", row["reason"])
+    with open(row["receipt"], encoding="utf-8") as handle:
+        assert json.load(handle)["jobs"] == ["exp2", "train"]  # the receipt names the jobs it judged
+    for _tick in range(2):
+        _proc, report = tick(fleet, laptop, hook, *opt)
+        assert (by_host(report)["lab-02"]["state"], by_host(report)["lab-02"]["action"]) == ("parked", "none")
+    assert [line["argv"] for line in fleet.meter("lab-02")[parks:]] == [SHUTDOWN]  # exactly one park
+    assert len(lines_of(fleet, "lab-02", "t0")) == 1 and len(lines_of(fleet, "lab-02", "e0")) == 1
+    kinds = [(e["host"], e["kind"]) for e in sent(hook)]
+    assert kinds == [("lab-02", "queue_done"), ("lab-02", "parked")], kinds
+    history = [json.loads(line) for line in (laptop / "reports" / "history" / "lab-02.jsonl").read_text().splitlines()]
+    judged = [record["ap"]["jobs"] for record in history if "jobs" in record.get("ap", {})]
+    assert sorted(judged[0]) == ["exp2", "train"]  # each job's state is kept per tick
+
+
+def test_a_parked_box_given_a_new_queue_then_restarted_by_the_platform_is_healed(fleet, src, tmp_path, hook):
+    """Issue 28, item 4: park a box, launch a new queue on it and let the platform restart it before the next
+    tick. The box's own records show a launch after the park, so the park ends: the ticks heal the new job and its
+    queue finishes."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    fresh(fleet, "lab-01")
+    flag = "/root/go-after-park"
+    fleet.ssh("lab-01", "rm -f %s" % flag)
+    parks = len(fleet.meter("lab-01"))  # the box's meter log outlives the tests
+    launch(fleet, src, "-l", "lab-01", extra={"launch_queue": ["b0"]})
+    assert wait_finished(fleet, "lab-01", "train")["exit_code"] == 0
+    seed_idle_history(laptop, "lab-01", time.time())
+    opt = ["-l", "lab-01", "-e", "autopilot_autostop=true autopilot_heal=true autopilot_idle_minutes=30"]
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    assert by_host(report)["lab-01"]["state"] == "parked"
+    assert len(fleet.meter("lab-01")) == parks + 1
+
+    # started again by its user, a new queue, and the platform restarts the box before any tick
+    launch(fleet, src, "-l", "lab-01", extra={"launch_name": "exp3", "launch_queue": ["n0 --wait %s" % flag, "n1"]})
+    wait_for(lambda: lines_of(fleet, "lab-01", "n0"), what="item 000 of exp3 to start")
+    subprocess.run([FLEET, "reboot", "lab-01"], env=dict(os.environ, LAB_STATE_DIR=fleet.state), check=True,
+                   capture_output=True)
+    fleet.ssh("lab-01", "touch %s" % flag)
+
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-01"]
+    assert (row["action"], row["heal_jobs"], row["ok"]) == ("heal", ["exp3"], True), row["reason"]
+    assert "the park of" in row["reason"] and "job exp3 started at" in row["reason"]
+    assert "job exp3 is gone at 0/2 items" in row["reason"]
+    assert wait_finished(fleet, "lab-01", "exp3")["exit_code"] == 0
+    for item in ("000", "001"):
+        status = read_json(fleet, "lab-01", "~/.trainer/jobs/exp3/items/%s/status.json" % item)
+        assert status["state"] == "done" and status["unsynced"] == []
+    assert len(lines_of(fleet, "lab-01", "n0")) == 2 and len(lines_of(fleet, "lab-01", "n1")) == 1
+    assert len(lines_of(fleet, "lab-01", "b0")) == 1  # the finished job was never started again
+    # done, durable and still idle: parked again, once
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-01"]
+    assert (row["action"], row["state"]) == ("park", "parked") and "jobs exp3, train" in row["reason"], row["reason"]
+    assert [line["argv"] for line in fleet.meter("lab-01")[parks:]] == [SHUTDOWN, SHUTDOWN]

@@ -51,7 +51,8 @@ def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
     assert check["acting"] == [] and check["decisions"]["a"]["action"] == "heal"
 
     # the record: a's heal ran; b and c only reported; events of the opted-in host only are to be sent
-    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "msg": "resumed train under tmux, pid 7"}
+    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "results": [
+        {"item": "train", "changed": True, "msg": "resumed train under tmux, pid 7"}]}
     record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
                         task_vars=play(hostvars, tmp_path))
     assert record["decisions"]["a"]["state"] == "healed:001" and record["decisions"]["a"]["ok"] is True
@@ -100,9 +101,13 @@ def test_the_outcome_of_a_park_or_heal():
     assert outcome_of(park, {"p": {"unreachable": True}}, names)["ok"] is True  # the box went down as asked
     assert outcome_of(park, {"p": {"rc": 1, "stderr": "denied"}}, names) == {
         "ok": False, "msg": "shutdown -h now: rc 1: denied"}
-    assert outcome_of({"act": "heal"}, {}, names)["ok"] is False
-    assert outcome_of({"act": "heal"}, {"h": {"failed": True, "msg": "disk full"}}, names) == {
-        "ok": False, "msg": "disk full"}
+    assert outcome_of({"act": "heal"}, {}, names) == {"jobs": {}}  # settle: "did not run" for each job
+    heal = {"act": "heal", "heal_jobs": ["train", "exp2"]}
+    assert outcome_of(heal, {"h": {"failed": True, "msg": "unreachable host"}}, names) == {"jobs": {
+        "train": {"ok": False, "msg": "unreachable host"}, "exp2": {"ok": False, "msg": "unreachable host"}}}
+    assert outcome_of(heal, {"h": {"changed": True, "results": [
+        {"item": "train", "failed": True, "msg": "disk full"}, {"item": "exp2", "msg": "resumed exp2"}]}},
+        names) == {"jobs": {"train": {"ok": False, "msg": "disk full"}, "exp2": {"ok": True, "msg": "resumed exp2"}}}
     assert outcome_of({"act": None}, {}, names) is None
     api = {"act": "park", "via": "api", "api": API}
     assert outcome_of(api, {"p": {"changed": True, "msg": "stopped"}}, names) == {
@@ -118,3 +123,23 @@ def test_without_history_dir_the_history_lies_next_to_the_report(tmp_path):
     run_action(ActionModule, dict(found, phase="record", decisions=decisions), task_vars=play(hostvars, tmp_path))
     assert (tmp_path / "ticks" / "history" / "a.jsonl").is_file()
     assert (tmp_path / "ticks" / "autopilot.json").is_file()
+
+
+def test_two_jobs_on_one_box_heal_only_the_gone_one_and_record_each(tmp_path):
+    """Issue 28: train alive, exp2 gone: the decision heals exp2 by name (heal_jobs), the record reads the heal
+    loop's result of exp2, and the history keeps each job's state."""
+    live = dict(JOB, name="train", run_id="train", alive=True)
+    gone = dict(JOB, name="exp2", run_id="exp2")
+    hostvars = {"a": host(autopilot_probe=dict(PROBE, jobs=[live, gone]), autopilot_heal=True, autopilot_job="x")}
+    decisions = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))["decisions"]
+    assert (decisions["a"]["act"], decisions["a"]["heal_jobs"], decisions["a"]["job"]) == ("heal", ["exp2"], "exp2")
+    hostvars["a"]["autopilot_heal_result"] = {"changed": True, "results": [
+        {"item": "exp2", "changed": True, "msg": "resumed exp2 under tmux, pid 9"}]}
+    record = run_action(ActionModule, args(tmp_path, phase="record", decisions=decisions),
+                        task_vars=play(hostvars, tmp_path))["decisions"]["a"]
+    assert (record["state"], record["ok"]) == ("healed:001", True) and "pid 9" in record["reason"]
+    ap = json.loads((tmp_path / "history" / "a.jsonl").read_text().splitlines()[-1])["ap"]
+    assert ap["jobs"] == {"train": {"state": "running", "action": "none", "wanted": "none", "run": "train"},
+                          "exp2": {"state": "healed:001", "action": "heal", "wanted": "heal", "item": "001",
+                                   "run": "exp2", "ok": True}}
+    assert ap["heal_jobs"] == ["exp2"]

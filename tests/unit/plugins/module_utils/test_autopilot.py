@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot as ap
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol as gp
@@ -125,7 +128,7 @@ CASES = [
     ("no-in-box-verb", probe(DONE3), IDLE_HISTORY, ON, LOCAL, "escalate", "idle_manual", None, ["by hand"],
      ["escalated"]),
     ("parked-stays-parked", probe(DONE3), IDLE_HISTORY + [rec(NOW - 30, "parked", action="park", ok=True)], ON,
-     AUTODL, "none", "parked", None, ["parked earlier"], []),
+     AUTODL, "none", "parked", None, ["parked at", "no job has run or started on it since"], []),
     ("parked-box-gone-quiet", {"unreachable": True, "msg": "timed out"}, [rec(NOW - 30, "parked")], ON, AUTODL, "none",
      "parked", None, ["does not answer"], []),
     ("unreachable-first", {"unreachable": True, "msg": "Connection timed out during banner exchange"},
@@ -138,7 +141,7 @@ CASES = [
     ("probe-error-never-stops", {"failed": True, "msg": "MODULE FAILURE: /proc unreadable"}, IDLE_HISTORY, ON,
      AUTODL, "none", "probe_error", None, ["/proc unreadable", "nothing is healed or stopped"], ["new_fail"]),
     ("no-probe", None, [], ON, AUTODL, "none", "probe_error", None, ["did not run"], ["new_fail"]),
-    ("no-job", probe(exists=False), [], ON, AUTODL, "none", "idle", None, ["no job train"], []),
+    ("no-job", probe(exists=False), [], ON, AUTODL, "none", "idle", None, ["no job under the run directory"], []),
     ("not-graded", probe(ids=()), [], ON, AUTODL, "none", "stopped", None, ["no queue"], []),
 ]
 
@@ -167,10 +170,10 @@ def test_decisions(case):
 
 def test_settle_turns_the_outcome_into_the_state_and_one_event():
     decision = ap.decide("h", probe([item("000")]), [rec(NOW - 60, "running")], ON, AUTODL[0], NOW, park=AUTODL[1])
-    done = ap.settle(decision, {"ok": True, "msg": "started train under tmux, pid 42"})
+    done = ap.settle(decision, {"jobs": {"train": {"ok": True, "msg": "started train under tmux, pid 42"}}})
     assert (done["state"], done["ok"], [e["kind"] for e in done["events"]]) == ("healed:001", True, ["healed"])
     assert "pid 42" in done["events"][0]["text"] and done["events"][0]["level"] == "WARN"
-    failed = ap.settle(decision, {"ok": False, "msg": "disk full"})
+    failed = ap.settle(decision, {"jobs": {"train": {"ok": False, "msg": "disk full"}}})
     assert (failed["state"], [e["kind"] for e in failed["events"]]) == ("heal_failed:001", ["new_fail"])
     record = ap.history_fields(done)
     assert record["action"] == "heal" and record["item"] == "001" and record["events"] == ["healed"]
@@ -222,3 +225,201 @@ def test_idle_is_judged_from_the_history():
     assert ap.idle_since(IDLE_HISTORY, NOW, 50.0) is None
     assert ap.idle_since(IDLE_HISTORY + [rec(NOW - 10)], NOW, 0.0) == NOW  # a sample without a GPU reading breaks it
     assert ap.gpu_util({"gpus": IDLE}) <= ap.IDLE_UTIL_PCT < ap.gpu_util({"gpus": LOAD})
+
+
+# --- every job on the box (issue 28): two experiments on one box, launch_name train and exp2 ---
+
+def job(name, items=(), ids=("000", "001"), alive=False, **extra):
+    found = {"name": name, "exists": True, "alive": alive, "run_id": name, "queue_items": list(ids),
+             "items": list(items), "items_done": sum(1 for i in items if i["state"] == "done"),
+             "items_total": len(ids), "crash_markers": [], "current_item": None, "earlier_crashes": [],
+             "last_exit_code": None if alive else 0}
+    found.update(extra)
+    return found
+
+
+def box(*jobs, gpus=None, findings=()):
+    return {"jobs": list(jobs), "gpus": IDLE if gpus is None else gpus, "findings": list(findings), "status": "PASS",
+            "alive_jobs": [j["name"] for j in jobs if j["alive"]], "discovered": True}
+
+
+DONE2 = [item("000"), item("001")]
+KEEPS = dict(AUTODL[1], keeps_data_disk=True, release_days=15)
+
+
+def decide(result, history=(), settings=None, park=None, now=NOW):
+    return ap.decide("h", result, list(history), settings or ON, AUTODL[0], now, park=park or AUTODL[1])
+
+
+@pytest.mark.parametrize("exp2", [
+    job("exp2", [item("000")], alive=True, progress={"text": "epoch 37/100"}),   # running at epoch 37, GPU idle
+    job("exp2", [], alive=True, pid=None),                                        # starting: tmux, no PID file yet
+])
+def test_no_park_while_any_job_is_alive_even_with_idle_gpus(exp2):
+    found = decide(box(job("train", DONE2), exp2), IDLE_HISTORY)
+    assert (found["action"], found["state"], found["job"]) == ("none", "running", "exp2"), found["reason"]
+    assert "job exp2 running" in found["reason"] and "job train: queue done" in found["reason"]
+    assert [(j["job"], j["state"]) for j in found["jobs"]] == [("train", "done"), ("exp2", "running")]
+    assert found["heal_jobs"] == [] and [e["kind"] for e in found["events"]] == ["queue_done"]
+
+
+def test_parked_once_every_job_is_done_and_durable_and_the_box_idle():
+    found = decide(box(job("train", DONE2), job("exp2", DONE2)), IDLE_HISTORY)
+    assert (found["action"], found["state"], found["via"]) == ("park", "done", "command")
+    assert "every queue done (jobs train, exp2), every file durable, no job alive" in found["reason"]
+    assert [e["kind"] for e in found["events"]] == ["parked"]  # the park's message says the queues are done
+    parked = ap.settle(found, {"ok": True, "msg": "shutdown -h now exited 0"})
+    assert parked["state"] == "parked" and ap.history_fields(parked)["jobs"]["exp2"]["state"] == "done"
+    history = IDLE_HISTORY + [rec(NOW, **ap.history_fields(parked))]
+    again = decide(box(job("train", DONE2, launched_epoch=NOW - 7200), job("exp2", DONE2)), history, now=NOW + 60)
+    assert (again["action"], again["state"], again["events"]) == ("none", "parked", [])
+
+
+def test_one_job_not_durable_or_without_a_queue_keeps_the_box_running():
+    found = decide(box(job("train", DONE2), job("exp2", [item("000"), item("001", unsynced=["best.pt"])])),
+                   IDLE_HISTORY)
+    assert (found["action"], found["state"], found["item"]) == ("none", "done_unsynced", "001")
+    assert "job exp2: item 001: best.pt not durable" in found["reason"]
+    found = decide(box(job("train", DONE2), job("exp2", ids=())), IDLE_HISTORY)
+    assert (found["action"], found["state"], found["job"]) == ("none", "stopped", "exp2")
+
+
+def test_heal_restarts_only_the_gone_job_never_a_live_one():
+    found = decide(box(job("train", [item("000")], alive=True), job("exp2", [item("000")])),
+                   [rec(NOW - 60, "running", jobs={"train": {"state": "running"}, "exp2": {"state": "running"}})])
+    assert (found["action"], found["heal_jobs"], found["job"], found["state"]) == (
+        "heal", ["exp2"], "exp2", "gone:001")
+    assert found["reason"].startswith("job exp2 is gone at 1/2 items") and "job train running" in found["reason"]
+    assert [(e["kind"], "exp2" in e["text"]) for e in found["events"]] == [("healed", True)]
+    # both gone: each is healed by name; one restart fails, the other is recorded as healed
+    both = decide(box(job("train", [item("000")]), job("exp2", [])))
+    assert both["heal_jobs"] == ["train", "exp2"]
+    done = ap.settle(both, {"jobs": {"train": {"ok": True, "msg": "resumed train"},
+                                     "exp2": {"ok": False, "msg": "disk full"}}})
+    assert done["ok"] is False and [(j["job"], j["state"]) for j in done["jobs"]] == [
+        ("train", "healed:001"), ("exp2", "heal_failed:000")]
+    assert sorted(e["kind"] for e in done["events"]) == ["healed", "new_fail"]
+    fields = ap.history_fields(done)
+    assert fields["heal_jobs"] == ["train", "exp2"] and fields["jobs"]["train"]["ok"] is True
+
+
+def test_restarts_are_counted_per_job():
+    exp2 = {"state": "healed:001", "action": "heal", "item": "001", "run": "exp2", "ok": True}
+    heals = [rec(NOW - 300 + i, "healed:001", jobs={"exp2": exp2}) for i in range(2)]
+    found = decide(box(job("train", [item("000")]), job("exp2", [item("000")])), heals)
+    rows = dict((j["job"], j) for j in found["jobs"])
+    assert (rows["exp2"]["action"], rows["train"]["action"]) == ("escalate", "heal")
+    assert found["heal_jobs"] == ["train"] and "restart 1 of at most 2" in rows["train"]["reason"]
+
+
+def test_a_finding_of_another_job_does_not_fail_the_live_one():
+    other = {"level": "FAIL", "code": "command_not_found", "job": "train", "message": "train: exit 127"}
+    disk = {"level": "FAIL", "code": "bytes_high", "message": "/root/autodl-tmp at 97%"}
+    found = decide(box(job("train", DONE2), job("exp2", [], alive=True), findings=[other]))
+    assert found["state"] == "running"
+    found = decide(box(job("train", DONE2), job("exp2", [], alive=True), findings=[other, disk]))
+    assert found["state"] == "fail:bytes_high"
+
+
+@pytest.mark.parametrize("rows, extra, state, item_", [
+    ([item("000"), dict(item("001"), too_fast=True, seconds=2)], {}, "too_fast:001", "001"),
+    (DONE2, {"items_too_fast": 1}, "too_fast:?", "?"),              # the job's count alone
+])
+def test_an_item_too_fast_is_not_done_and_durable(rows, extra, state, item_):
+    found = decide(box(job("train", rows, **extra)), IDLE_HISTORY)
+    assert (found["action"], found["state"], found["item"]) == ("escalate", state, item_)
+    assert "sooner than launch_min_seconds" in found["reason"] and "not parked" in found["reason"]
+    assert [e["kind"] for e in found["events"]] == ["escalated"]
+
+
+def test_without_the_too_fast_keys_an_item_is_judged_as_before():
+    found = decide(box(job("train", [item("000"), dict(item("001"), too_fast=False, seconds=300)],
+                           items_too_fast=0)), IDLE_HISTORY)
+    assert found["action"] == "park"
+
+
+PARK_T = NOW - 600
+
+
+def parked_history():
+    parked = {"state": "parked", "action": "park", "ok": True, "jobs": {"train": {"state": "done"}}}
+    return IDLE_HISTORY[:6] + [rec(PARK_T, **parked), rec(PARK_T + 300, "parked")]
+
+
+@pytest.mark.parametrize("train, held, words", [
+    (job("train", DONE2, launched_epoch=PARK_T - 3600, last_start="2026-09-21T13:00:00Z"), True,
+     ["parked at", "no job has run"]),
+    # a new queue launched after the park, killed by a platform restart before any tick saw it
+    (job("train", [], ids=("000",), launched_epoch=PARK_T + 120), False, ["the park of", "job train started at",
+                                                                          "job train is gone at 0/1"]),
+    (job("train", [], ids=("000",), last_start=ap.when(PARK_T + 200).replace(" ", "T")[:16] + ":00Z"), False,
+     ["job train started at"]),
+    (job("train", [], ids=("000",), alive=True), False, ["job train is alive", "job train running"]),
+])
+def test_a_park_ends_at_a_job_start_newer_than_it(train, held, words):
+    found = decide(box(train), parked_history())
+    assert (found["state"] == "parked") is held, found["reason"]
+    for word in words:
+        assert word in found["reason"]
+    if not held and not train["alive"]:
+        assert (found["action"], found["heal_jobs"]) == ("heal", ["train"])
+        assert [e["kind"] for e in found["events"]] == ["healed"]
+
+
+def test_a_parked_box_that_does_not_answer_stays_parked_and_a_probe_error_is_reported():
+    assert decide({"unreachable": True, "msg": "timed out"}, parked_history())["state"] == "parked"
+    assert decide({"failed": True, "msg": "boom"}, parked_history())["state"] == "probe_error"
+
+
+def test_where_the_park_keeps_the_data_disk_unsynced_files_do_not_keep_an_idle_box_running():
+    rows = [item("000"), item("001", unsynced=["best.pt"])]
+    found = decide(box(job("train", DONE2), job("exp2", rows)), IDLE_HISTORY, park=KEEPS)
+    assert (found["action"], found["state"]) == ("park", "done_unsynced"), found["reason"]
+    assert "job exp2: item 001: best.pt not durable" in found["reason"]
+    assert "after 15 days" in found["reason"] and ap.when(NOW + 15 * 86400)[:10] in found["reason"]
+    assert found["unsynced"] == ["job exp2: item 001: best.pt not durable"] and found["release_days"] == 15
+    # only after the idle window
+    early = decide(box(job("train", DONE2), job("exp2", rows)), [], park=KEEPS)
+    assert (early["action"], early["state"]) == ("none", "done_unsynced") and "idle for 0 of 30" in early["reason"]
+    # a park that loses the disk: unsynced files keep it running, as before
+    lose = decide(box(job("train", DONE2), job("exp2", rows)), IDLE_HISTORY, park=dict(KEEPS, keeps_data_disk=False))
+    assert lose["action"] == "none" and "does not keep the data disk" in lose["reason"]
+    # a failed sync is retried, a live job waited for, a too-fast item escalated, whatever the park keeps
+    failed = decide(box(job("exp2", [item("000"), item("001", "sync_failed", unsynced=["best.pt"])])), IDLE_HISTORY,
+                    park=KEEPS)
+    assert failed["action"] == "retry_sync"
+    live = decide(box(job("train", rows), job("exp2", [], alive=True)), IDLE_HISTORY, park=KEEPS)
+    assert live["action"] == "none"
+
+
+def test_job_states_come_from_the_latest_judged_record_and_older_records_still_count():
+    history = [rec(NOW - 120, "running", jobs={"train": {"state": "running"}, "exp2": {"state": "gone:000"}}),
+               rec(NOW - 60, "unreachable")]
+    assert ap.previous_jobs(history) == ({"train": "running", "exp2": "gone:000"}, None)
+    assert ap.previous_jobs([rec(NOW - 60, "done")]) == ({}, "done")  # a record written before every job was judged
+    assert ap.acted([heal_rec(NOW, "001")], "heal", "001", "train", "train")  # and its heal counts
+
+
+@pytest.mark.parametrize("text, epoch", [
+    ("2026-07-03T22:11:09Z", 1783116669.0), ("2026-07-03T22:11:09+00:00", 1783116669.0), (None, None), (7, None),
+    ("yesterday", None), ("2026-07-03T22:11:09Z" + " " * 40, None),
+])
+def test_start_times_from_the_box_are_parsed_or_refused(text, epoch):
+    assert ap.epoch_of(text) == epoch
+
+
+GROUP_VARS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "group_vars")
+# platforms.md: AutoDL's power-off keeps the data disk (released after 15 days); RunPod's stop keeps the volume disk;
+# vast.ai's stop keeps the container disk; Paperspace's shutdown keeps the disk; Gpushare clears /hy-tmp 24 h after
+# a stop (china); the others have no park.
+KEEPS_DATA_DISK = {"autodl": (True, 15), "runpod": (True, None), "vastai": (True, None), "paperspace": (True, None),
+                   "china": (False, None), "lambda": (False, None), "generic_ssh": (False, None),
+                   "local": (False, None), "slurm": (False, None), "kubernetes": (False, None)}
+
+
+@pytest.mark.parametrize("profile", sorted(KEEPS_DATA_DISK))
+def test_every_profile_says_whether_its_park_keeps_the_data_disk(profile):
+    with open(os.path.join(GROUP_VARS, profile + ".yml"), encoding="utf-8") as handle:
+        park = yaml.safe_load(handle)["trainer_park"]
+    assert (park["keeps_data_disk"], park.get("release_days")) == KEEPS_DATA_DISK[profile]
+    assert park["keeps_data_disk"] is False or park["verb"] != "none"  # only a park can keep anything
