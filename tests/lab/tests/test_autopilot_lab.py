@@ -29,7 +29,8 @@ import pytest
 
 from labhelpers import LAB, REPO, SshCounter, needs_root, started_fleet
 from lab_teardown_support import fill_inodes
-from test_launch_lab import TRAIN_SH, launch, read_json, runs, wait_finished
+from test_launch_lab import TRAIN_SH, read_json, runs, wait_finished
+from test_launch_lab import launch as launch_yml
 
 sys.path.insert(0, os.path.join(LAB, "providers"))
 from webhook_receiver import WebhookReceiver  # noqa: E402  pylint: disable=wrong-import-position
@@ -78,6 +79,12 @@ def tick(fleet, cwd, hook, *args):
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     report = json.loads((cwd / "reports" / "autopilot.json").read_text())
     return proc, report
+
+
+def launch(fleet, src, *args, extra=None, **kwargs):
+    """launch.yml as the README runs it. These queues' items take a second or two, so they are launched with
+    ``launch_min_seconds: 0``, unless a test gives it: a shorter run is otherwise item_too_fast and never done."""
+    return launch_yml(fleet, src, *args, extra=dict({"launch_min_seconds": 0}, **(extra or {})), **kwargs)
 
 
 def by_host(report):
@@ -229,6 +236,23 @@ def test_done_and_durable_is_parked_once_and_unsynced_never(fleet, src, tmp_path
     finally:
         if filler:
             shutil.rmtree(filler)
+
+
+def test_an_item_that_ends_too_fast_is_never_a_done_queue(fleet, src, tmp_path, hook):
+    """An item that exits 0 after a second or two with launch_min_seconds 30 did not train: with an idle GPU and the
+    idle window passed, the autopilot does not park the box, and says why."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    fresh(fleet, "lab-01")
+    launch(fleet, src, "-l", "lab-01", extra={"launch_name": "quick", "launch_queue": ["f0"],
+                                              "launch_min_seconds": 30})
+    assert wait_finished(fleet, "lab-01", "quick")["exit_code"] == 0
+    seed_idle_history(laptop, "lab-01", time.time())
+    opt = ["-l", "lab-01", "-e", "autopilot_autostop=true autopilot_idle_minutes=30"]
+    _proc, report = tick(fleet, laptop, hook, *opt)
+    row = by_host(report)["lab-01"]
+    assert row["action"] != "park" and "too_fast" in row["state"], row
+    assert fleet.meter("lab-01") == []
 
 
 def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src, tmp_path, hook):

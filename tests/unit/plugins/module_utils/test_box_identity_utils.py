@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -91,14 +92,16 @@ def test_reads_are_bounded_and_follow_no_symlink(tmp_path):
 
 def test_a_real_process_environ_is_read_like_the_containers_first_process():
     """/proc/<pid>/environ of a process started with RUNPOD_POD_ID, as the platform starts the container's PID 1."""
-    child = subprocess.Popen(["sh", "-c", "echo ready; exec sleep 30"], stdout=subprocess.PIPE,
+    # the child says "ready" once it runs: its environ is then the one it was started with
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RUNPOD_POD_ID": "realproc01"})
     try:
-        assert child.stdout.readline() == b"ready\n"  # exec'd with its own environment: no race with the fork
+        assert child.stdout.readline() == b"ready\n"
         rows = bi.gather("runpod", {}, proc_environ="/proc/%d/environ" % child.pid)
     finally:
-        child.kill()
-        child.wait()
+        child.stdin.close()
+        child.wait(timeout=30)
         child.stdout.close()
     assert rows[1] == {"source": "container", "where": "/proc/%d/environ" % child.pid, "value": "realproc01",
                        "error": None}
