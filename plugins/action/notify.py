@@ -27,6 +27,7 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_format as fmt
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_userinfo_problem
 from ansible_collections.remote_gpu.trainer.plugins.modules.notify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 
@@ -74,6 +75,9 @@ def check_url(url, sink):
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or any(c in url for c in " \r\n\t"):
         raise SinkError("the URL from %s is not an http(s) URL" % source)
+    problem = url_userinfo_problem(url, "the URL from %s" % source)
+    if problem:  # refused before any request: never sent, never blamed on DNS
+        raise SinkError(problem)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
