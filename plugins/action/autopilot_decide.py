@@ -23,6 +23,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 display = Display()
 SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
@@ -178,7 +179,7 @@ class ActionModule(DocumentedAction):
             if not isinstance(decision, dict):
                 continue
             host_vars = hostvars.get(host)
-            found = autopilot.settle(decision, outcome_of(decision, host_vars, args))
+            found = redact_result(autopilot.settle(decision, outcome_of(decision, host_vars, args)))
             found["line"] = line_of(found)
             if found.get("acted") and found["action"] == "park" and not check:
                 found["receipt"] = self.write_receipt(args, found, host_vars, now)
