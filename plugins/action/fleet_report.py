@@ -47,6 +47,9 @@ COLUMNS_BY_KIND = {"preflight": fleet_preflight.COLUMNS, "patrol": fleet_patrol.
 def check_args(args):
     """Refuse arguments that the argument spec cannot: a prom_path node_exporter would not read, a result_vars
     that lacks a result the kind needs."""
+    if args["tail_lines"] < 0:
+        raise AnsibleActionFail("tail_lines must be 0 or more (the number of last log lines shown), got %d"
+                                % args["tail_lines"])
     if args["prom_path"] and not args["prom_path"].endswith(".prom"):
         raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
                                 "*.prom files)" % args["prom_path"])
