@@ -164,9 +164,10 @@ class ActionModule(DocumentedAction):
         check = bool(self._task.check_mode)
         if args["phase"] == "decide":
             decisions = dict((host, decide_host(host, hostvars.get(host), args, now, check)) for host in hosts)
-            for warning in sorted(set(w for d in decisions.values() for w in d.pop("history_warnings"))):
+            warnings = sorted(set(w for d in decisions.values() for w in d.pop("history_warnings")))
+            for warning in warnings:
                 display.warning("autopilot history: %s" % warning)
-            result.update(changed=False, decisions=decisions, events=[], notify_events=[],
+            result.update(changed=False, decisions=decisions, events=[], notify_events=[], history_warnings=warnings,
                           acting=sorted(host for host, found in decisions.items() if found["act"]),
                           notify_available=self.notify_available())
             return result

@@ -122,6 +122,19 @@ def environ_secrets(environ):
     return found
 
 
+def url_secrets(url):
+    """The user information of ``url`` (``user:password`` and the password alone), for a module's
+    ``no_log_values``: so that not even its ``invocation`` shows them. [] when it has none."""
+    try:
+        netloc = urllib.parse.urlsplit(str(url or "")).netloc
+    except ValueError:
+        return []
+    if "@" not in netloc:
+        return []
+    userinfo = netloc.rpartition("@")[0]
+    return [part for part in (userinfo, userinfo.partition(":")[2]) if len(part) >= MIN_SECRET]
+
+
 def url_userinfo_problem(url, what="api_url"):
     """A message when ``url`` carries user information (``user:password@``), else None. The message never shows
     it: such a URL is refused before any request, because the credentials would travel in logs and errors."""

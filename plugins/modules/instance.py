@@ -162,6 +162,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, scrub
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, Lifecycle, make_client, plan)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_secrets
 
 
 def run(module, result):
@@ -216,6 +217,7 @@ def main():
         supports_check_mode=True,
     )
     secret = module.params["api_key"] or os.environ.get(PROVIDERS[module.params["provider"]]["env_var"])
+    module.no_log_values.update(url_secrets(module.params["api_url"]))  # user:password@ in api_url: never shown
     result = {"changed": False, "provider": module.params["provider"], "id": str(module.params["id"] or "").strip(),
               "state": module.params["state"], "verb": None, "request": None, "waited": False}
     try:
