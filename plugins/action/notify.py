@@ -30,6 +30,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_f
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_userinfo_problem
 from ansible_collections.remote_gpu.trainer.plugins.modules.notify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 SECRET_FILE_LIMIT = 64 * 1024
 ANSWER_LIMIT = 64 * 1024
@@ -193,6 +194,7 @@ class ActionModule(DocumentedAction):
 
     def act(self, result, args, task_vars):
         events, problems = fmt.check_events(args["events"])
+        events = redact_result(events, task_vars)  # what is sent carries no secret either (plugin_utils/redact.py)
         failed = [{"sink": "events", "error": problem} for problem in problems]
         title = args["title"] or fmt.DEFAULT_TITLE
         messages, sent, would_send, jobs = [], 0, 0, []

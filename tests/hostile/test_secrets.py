@@ -130,16 +130,22 @@ def notify_refused(result, _tmp):
 
 
 def notify_echo(tmp):
+    os.environ["HOSTILE29_CLOSED_URL"] = "http://127.0.0.1:9/hook"  # nothing listens: the payload is shown, not sent
     return {"events": [{"host": "box1", "kind": "new_fail", "level": "FAIL",
                         "text": "job gone: HF_TOKEN=%s rejected, Authorization: Bearer %s" % (HF, ECHOED)}],
-            "sinks": [{"type": "webhook", "url_env": "HOSTILE29_NO_SUCH_VARIABLE"}]}
+            "sinks": [{"type": "webhook", "url_env": "HOSTILE29_CLOSED_URL", "timeout": 2}]}
+
+
+def shown_redacted(result, tmp):
+    assert result["messages"] and "payload" in result["messages"][0], result
+    without(HF, ECHOED)(result, tmp)
 
 
 NOTIFY_CASES = [
     Case("notify: a webhook URL with user:password@ is refused, never sent, never blamed on DNS", Notify,
          notify_userinfo, "ok", check=notify_refused),
     Case("notify: an event text carrying tokens (hf_..., Bearer ...) leaves redacted", Notify, notify_echo, "ok",
-         check=without(HF, ECHOED)),
+         check=shown_redacted),
 ]
 
 
