@@ -32,7 +32,7 @@ MIN_SECRET = 4
 # Environment variables whose values are secrets, by name (the providers' keys, the tokens of the job environment).
 SECRET_ENV_NAMES = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "AUTODL_TOKEN", "HF_TOKEN",
                     "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN")
-SECRET_NAME = re.compile(r"(?i)(?:^|_)(?:api_?key|key|token|password|passwd|secret|webhook(?:_url)?|access_key)$")
+SECRET_NAME = re.compile(r"(?i)(?:^|_)(?:api_?key|key|token|password|passwd|secrets?|webhook(?:_url)?|access_key)$")
 # Harvested values (from names alone) shorter than this are left alone: "KEY=1" is a setting, not a secret.
 MIN_HARVESTED = 8
 

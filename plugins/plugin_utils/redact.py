@@ -7,7 +7,8 @@ action returns or writes. The redaction itself is module_utils/redact.py's (the 
 
 The known secrets of a run: the values of the controller's secret-named environment variables (the providers' keys,
 the AutoDL token, ``HF_TOKEN``, ``WANDB_API_KEY``, any ``*_KEY``/``*_TOKEN``/``*_PASSWORD``/``*_SECRET``) and of the
-task's variables named ``*_key``/``*_token``/``*_password``/``*_secret``/``*_webhook`` (plain strings only).
+task's variables named ``*_key``/``*_token``/``*_password``/``*_secret``/``*_webhook`` (plain strings), and the
+values of a mapping named ``*_secrets`` (the role credentials' ``credentials_secrets``: ``HF_TOKEN``, ``WANDB_API_KEY``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ def run_secrets(task_vars=None, environ=None, extra=()):
         if not (isinstance(name, str) and SECRET_NAME.search(name)):
             continue
         try:
-            text = str(value) if isinstance(value, str) else None
+            values = list(value.values()) if isinstance(value, dict) else [value]
         except Exception:  # pylint: disable=broad-except
-            text = None
-        if text and len(text.strip()) >= MIN_HARVESTED and "{{" not in text and "{%" not in text:
-            found.append(text.strip())
+            values = []
+        for text in values:
+            if isinstance(text, str) and len(text.strip()) >= MIN_HARVESTED and "{{" not in text and "{%" not in text:
+                found.append(str(text).strip())
     found.extend(secret for secret in extra if secret)
     return found
 
