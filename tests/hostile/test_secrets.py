@@ -12,6 +12,8 @@ import json
 import os
 import pathlib
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -358,3 +360,33 @@ def test_profile_check_blames_only_the_bad_value(change, blamed, innocent):
     assert blamed in text, problems
     for other in innocent:
         assert other not in text, "%s blamed too: %s" % (other, text)
+
+
+# profile_check with a host the inventory does not hold: Ansible's own hostvars (a mock cannot answer as it does)
+UNKNOWN_HOST_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - remote_gpu.trainer.profile_check:
+        hosts: [no-such-box-29]
+      register: checked
+      ignore_errors: true
+    - ansible.builtin.copy:
+        content: "{{ checked | to_json }}"
+        dest: "%s"
+"""
+
+
+def test_profile_check_names_a_host_that_is_not_in_the_inventory(tmp_path):
+    out = tmp_path / "checked.json"
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(UNKNOWN_HOST_PLAY % out)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c",
+                           "local", "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    checked = json.loads(out.read_text())
+    assert "TemplateContext" not in json.dumps(checked)
+    assert "no-such-box-29" in checked["problems"], checked
+    assert "not a host of the inventory" in " ".join(checked["problems"]["no-such-box-29"])
