@@ -27,7 +27,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import MARK as REDACTED
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import redact, url_userinfo_problem
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024

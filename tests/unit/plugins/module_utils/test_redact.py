@@ -62,7 +62,7 @@ def test_redact_data_walks_results_and_stays_json():
     assert "abcdefgh12345678" not in text and "hf_abc" not in text and "hunter22" not in text
     assert out["n"] == 3 and out["ok"] is True
     deep = current = []
-    for _ in range(200):
+    for _level in range(200):
         current.append([])
         current = current[0]
     assert redact.redact_data(deep)  # bounded depth, no RecursionError
