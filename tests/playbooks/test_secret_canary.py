@@ -18,9 +18,11 @@ Driven, against the loopback fakes (tests/lab/providers: fake_api.py, webhook_re
 Grepped: stdout and stderr, every file under the test's directory (reports, history, the dashboard, receipts, the
 inventory cache, ansible-inventory's output) and every request the receivers got after the URL (bodies, mails).
 
+- patrol.yml (the README's command, -vvv) on a real local job that printed HF_TOKEN and WANDB_API_KEY from its job
+  environment and died: job_status's result, the line, the table, the report, the history, fleet.html.
+
 Not covered here (they need the lab fleet): the launch playbook's own run (the credentials role writes the secrets
-file on the box, by design) and the logs the collection writes on a box; the box side is grepped by the lab's
-tests of credentials and launch.
+file on the box, by design), teardown's receipts and the logs the collection writes on a remote box.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,6 +67,8 @@ CANARY = {
 ENV_VAR = {"runpod": "RUNPOD_API_KEY", "vastai": "VAST_API_KEY", "lambda": "LAMBDA_API_KEY", "autodl": "AUTODL_TOKEN"}
 PLUGIN = {"runpod": "runpod", "vastai": "vastai", "lambda": "lambda_cloud", "autodl": "autodl"}
 PROVIDERS = tuple(ENV_VAR)
+GPU_ENV = {"PATH": "%s:%s" % (REPO / "tests/lab/gpu/bin", os.environ["PATH"]),
+           "FAKE_GPU_SCENARIO": str(REPO / "tests/lab/gpu/scenarios/h100-idle")}
 
 
 def hits(text):
@@ -320,3 +326,33 @@ def test_reports_history_dashboard_receipts_and_notifications_leave_no_canary(tm
     finally:
         webhook.stop()
         smtp.stop()
+
+
+def test_patrol_of_a_job_that_printed_its_secrets_leaves_no_canary(local_inventory, tmp_path):
+    """The README's patrol playbook at -vvv, on a real local job that printed HF_TOKEN and WANDB_API_KEY (from its
+    job environment) and died: job_status's result, the line, the table, the report, the history and fleet.html."""
+    run_dir = tmp_path / "jobs"
+    args = {"name": "train", "run_dir": str(run_dir), "state": "started", "detach": "nohup",
+            "env": {"HF_TOKEN": CANARY["hf_job"], "WANDB_API_KEY": CANARY["wandb_job"]},
+            "command": 'echo "export HF_TOKEN=$HF_TOKEN"; echo "wandb: logging in with $WANDB_API_KEY"; '
+                       'echo "GET https://canary:%s@hub.example/x"; echo "Epoch 1/3"; exit 3' % CANARY["url_password"]}
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(local_inventory), "localhost", "-m",
+                           "remote_gpu.trainer.detached_job", "-a", json.dumps(args)],
+                          capture_output=True, text=True, env=ansible_env(**env_for_run()), timeout=120, check=False)
+    assert proc.returncode == 0 and hits(proc.stdout + proc.stderr) == [], "the start failed or printed a canary"
+    for _wait in range(100):
+        if (run_dir / "train" / "status.json").exists():
+            break
+        time.sleep(0.1)
+    log = (run_dir / "train" / "job.log").read_text()
+    assert CANARY["hf_job"] in log and CANARY["wandb_job"] in log  # the job printed them: its own log, on the box
+    out = tmp_path / "reports"
+    proc = run_playbook(REPO / "playbooks" / "patrol.yml", local_inventory, "-vvv", "-e",
+                        "patrol_report_path=%s" % (out / "patrol.json"), "-e", "patrol_run_dir=%s" % run_dir,
+                        "-e", "patrol_queue_length=3", cwd=str(tmp_path), **env_for_run(**GPU_ENV))
+    output = proc.stdout + proc.stderr
+    assert hits(output) == [] and hits_in_tree(out) == {}
+    report = json.loads((out / "patrol.json").read_text())
+    assert report["hosts"][0]["verdict"] == "FAIL"
+    assert (out / "fleet.html").is_file() and list((out / "history").glob("*.jsonl"))
+    assert "<redacted>" in output  # the tail was shown, redacted
