@@ -50,9 +50,9 @@ SHAPES = (
 _SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|\+)([A-Za-z0-9._~+/=\-]{8,})"
                      r"|\b(token)(\s+|%20|\+)((?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,})")
 # user information in a URL: scheme://user[:password]@
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s@\"'<>\\]+)@")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)([^/\s@\"'<>\\]+)@")
 # a secret-named parameter or field: api_key=..., ?token=..., "password": "...", sign=...
-_PAIR = re.compile(r"(?i)([\"']?\b(?:[a-z0-9_\-]*(?:api_?key|access_?key|token|password|passwd|secret|signature)|sign)"
+_PAIR = re.compile(r"(?i)([\"']?(?<![A-Za-z0-9_\-])(?:[a-z0-9_\-]{0,40}(?:api_?key|access_?key|token|password|passwd|secret|signature)|sign)"
                    r"[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;<>\\]{4,})")
 
 
