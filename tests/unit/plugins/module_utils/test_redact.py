@@ -107,4 +107,4 @@ def test_without_secrets_drops_environments_and_credentials_at_any_depth():
 def test_a_megabyte_of_hostile_text_is_redacted_in_linear_time(text):
     started = time.monotonic()
     redact.redact(text, ["secret123"])
-    assert time.monotonic() - started < 5  # "a-" * 500000 took 4.5 s with an unbounded key-name pattern
+    assert time.monotonic() - started < 3  # "a-" * 500000 took 4.5 s with an unbounded key-name pattern
