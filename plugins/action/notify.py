@@ -27,6 +27,7 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_format as fmt
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_userinfo_problem
 from ansible_collections.remote_gpu.trainer.plugins.modules.notify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
@@ -55,11 +56,10 @@ def read_secret(sink, what, environ=None):
         return value.strip()
     if sink.get(file_key):
         path = os.path.abspath(os.path.expanduser(str(sink[file_key])))
-        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the tick, a directory fail
-            raise SinkError("%s %s is not a regular file" % (file_key, path))
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read(SECRET_FILE_LIMIT + 1)
+        try:  # bounded, never blocking on a FIFO; a link is followed (secrets are often mounted through links)
+            raw = safe_read.read_bounded(path, SECRET_FILE_LIMIT + 1, follow=True)[0]
+        except safe_read.ReadRefused as exc:
+            raise SinkError("%s %s is not a regular file (%s)" % (file_key, path, exc)) from None
         except OSError as exc:
             raise SinkError("cannot read %s %s: %s" % (file_key, path, exc.strerror or type(exc).__name__)) from None
         if len(raw) > SECRET_FILE_LIMIT:
