@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import socket
 import stat
 import subprocess
 import sys
@@ -390,3 +391,56 @@ def test_profile_check_names_a_host_that_is_not_in_the_inventory(tmp_path):
     assert "TemplateContext" not in json.dumps(checked)
     assert "no-such-box-29" in checked["problems"], checked
     assert "not a host of the inventory" in " ".join(checked["problems"]["no-such-box-29"])
+
+
+# The inventory plugins (ansible-inventory, as a user runs it): rows of (name, provider, config lines, faults, what the
+# output must say, the canaries nothing may show). ``{url}`` is the fake's URL, ``{closed}`` a port nothing listens on.
+AUTODL_TOKEN = "eyJhbGciOiJIUzI1NiJ9.CANARYhostile29x.c2lnbmF0dXJlMjk"
+INVENTORY_ROWS = [
+    ("autodl: the API's msg echoes the token (HTTP 200, an error code)", "autodl", "api_url: {url}\n",
+     [{"code": "AuthorizationFailed", "msg": "token %s is invalid" % AUTODL_TOKEN}], "AuthorizationFailed",
+     (AUTODL_TOKEN,)),
+    ("runpod: api_url with user:password@ is refused at once, not retried and blamed on DNS", "runpod",
+     "api_url: http://canary:%s@127.0.0.1:{closed}/v1\nretry_budget: 60\n" % URL_PASSWORD, [], "user information",
+     (URL_PASSWORD,)),
+    ("runpod: with cache on, the cache keeps no instance environment", "runpod",
+     "api_url: {url}\ncache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: {tmp}/cache\n", [],
+     None, (HF,)),
+]
+
+
+@pytest.mark.parametrize("row", INVENTORY_ROWS, ids=lambda row: row[0])
+def test_inventory_plugins(row, tmp_path):
+    _name, provider, config, faults, fragment, canaries = row
+    key = AUTODL_TOKEN if provider == "autodl" else KEY
+    records = fake_api.records_for(provider, [("198.51.100.1", 40001)])
+    for record in records:
+        record["env"] = {"HF_TOKEN": HF}
+    server = fake_api.FakeAPI(provider, key, records).start()
+    server.inject(*faults)
+    try:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+        sock.close()
+        path = tmp_path / ("%s.yml" % provider)
+        path.write_text("plugin: remote_gpu.trainer.%s\n" % provider + config.format(url=server.url, closed=closed,
+                                                                                     tmp=tmp_path))
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_INVENTORY_UNPARSED_FAILED="True", AUTODL_TOKEN=AUTODL_TOKEN, RUNPOD_API_KEY=KEY)
+        started = time.monotonic()
+        proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-inventory"), "-i", str(path),
+                               "--list"], capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=120,
+                              check=False)
+        output = proc.stdout + proc.stderr
+        assert time.monotonic() - started < 30, "retried"
+        for canary in canaries:
+            assert canary not in output, "a canary in the output"
+            for cached in (tmp_path / "cache").rglob("*") if (tmp_path / "cache").exists() else ():
+                assert canary not in cached.read_text(), "a canary in the cache"
+        if fragment:
+            assert proc.returncode != 0 and fragment in output, output[-2000:]
+        else:
+            assert proc.returncode == 0 and list((tmp_path / "cache").iterdir()), output[-2000:]
+    finally:
+        server.stop()
