@@ -183,7 +183,29 @@ def no_byte_of_the_secret(code):
     return check
 
 
+def planted_oom_path(tmp):
+    """A private meta whose oom_events_path names a file of the user's choosing (not a cgroup counter file)."""
+    (tmp / "counters").write_text("oom_kill 99\n")
+    job_dir = tmp / "jobs" / "j"
+    job_dir.mkdir(parents=True)
+    os.chmod(str(job_dir), 0o700)
+    (job_dir / "job.log").write_text("epoch 1\n")
+    (job_dir / "status.json").write_text(json.dumps({"item": None, "exit_code": 137, "started": "a", "finished": "b"}))
+    meta = job_dir / "job.meta.json"
+    meta.write_text(json.dumps({"name": "j", "oom_kill_at_launch": 0, "oom_events_path": str(tmp / "counters"),
+                                "launched_epoch": time.time()}))
+    os.chmod(str(meta), 0o600)
+    return {"name": "j", "run_dir": str(tmp / "jobs"), "fail_on": "never"}
+
+
+def no_counter_read(result, _tmp):
+    job = result["jobs"][0]
+    assert job["oom_kills_since_launch"] is None and job["vanished_reason"] != "oom_kill", job
+
+
 PLANTED_CASES = [
+    Case("job_status: a meta oom_events_path naming a file that is no cgroup counter file is not read", job_status,
+         planted_oom_path, "ok", check=no_counter_read),
     Case("job_status: a private job.meta.json naming log_path outside the job directory (/etc/shadow)", job_status,
          planted_meta(lambda tmp, job_dir: tmp / "shadow"), "ok", check=no_byte_of_the_secret("job_meta_untrusted")),
     Case("job_status: a meta log_path that climbs out with .. is outside too", job_status,
