@@ -108,7 +108,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
     if isinstance(meta.get("oom_kill_at_launch"), int):
         if meta.get("oom_events_path") == oom["path"]:
             counters = oom["counters"]
-        elif isinstance(meta.get("oom_events_path"), str):
+        elif isinstance(meta.get("oom_events_path"), str) and os.path.basename(meta["oom_events_path"]) in (
+                "memory.events", "memory.oom_control"):  # a record names only a cgroup's counter file
             counters = cgroup.read_counters(meta["oom_events_path"])
         else:
             counters = None
