@@ -78,7 +78,9 @@ class DocumentedAction(ActionBase):
         result = super().run(tmp, task_vars)
         _spec, args = self.validate_argument_spec(argument_spec=self.SPEC)
         # every controller action's result and refusal leaves through the one redaction owner
-        secrets = run_secrets(task_vars)
+        # the run's secrets, and any value given through one of this action's no_log options
+        secrets = run_secrets(task_vars, extra=[str(args[name]) for name, option in self.SPEC.items()
+                                                if option.get("no_log") and args.get(name) not in (None, "")])
         try:
             return redact_data(self.act(result, args, task_vars or {}), secrets)
         except AnsibleActionFail as exc:
