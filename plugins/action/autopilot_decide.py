@@ -23,6 +23,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 display = Display()
 SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
@@ -184,9 +185,10 @@ class ActionModule(DocumentedAction):
         check = bool(self._task.check_mode)
         if args["phase"] == "decide":
             decisions = dict((host, decide_host(host, hostvars.get(host), args, now, check)) for host in hosts)
-            for warning in sorted(set(w for d in decisions.values() for w in d.pop("history_warnings"))):
+            warnings = sorted(set(w for d in decisions.values() for w in d.pop("history_warnings")))
+            for warning in warnings:
                 display.warning("autopilot history: %s" % warning)
-            result.update(changed=False, decisions=decisions, events=[], notify_events=[],
+            result.update(changed=False, decisions=decisions, events=[], notify_events=[], history_warnings=warnings,
                           acting=sorted(host for host, found in decisions.items() if found["act"]),
                           notify_available=self.notify_available())
             return result
@@ -199,7 +201,7 @@ class ActionModule(DocumentedAction):
             if not isinstance(decision, dict):
                 continue
             host_vars = hostvars.get(host)
-            found = autopilot.settle(decision, outcome_of(decision, host_vars, args))
+            found = redact_result(autopilot.settle(decision, outcome_of(decision, host_vars, args)))
             found["line"] = line_of(found)
             if found.get("acted") and found["action"] == "park" and not check:
                 found["receipt"] = self.write_receipt(args, found, host_vars, now)

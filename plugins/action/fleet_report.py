@@ -23,6 +23,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import w
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result, redact_text
 
 display = Display()
 
@@ -46,6 +47,9 @@ COLUMNS_BY_KIND = {"preflight": fleet_preflight.COLUMNS, "patrol": fleet_patrol.
 def check_args(args):
     """Refuse arguments that the argument spec cannot: a prom_path node_exporter would not read, a result_vars
     that lacks a result the kind needs."""
+    if args["tail_lines"] < 0:
+        raise AnsibleActionFail("tail_lines must be 0 or more (the number of last log lines shown), got %d"
+                                % args["tail_lines"])
     if args["prom_path"] and not args["prom_path"].endswith(".prom"):
         raise AnsibleActionFail("prom_path %s must end in .prom (node_exporter's textfile collector reads only "
                                 "*.prom files)" % args["prom_path"])
@@ -145,7 +149,7 @@ def failure_message(kind, rows, failing):
 def write_file(path, text, what):
     """Write ``text`` to ``path`` atomically (0644); an OSError becomes a message that names the path."""
     try:
-        write_atomic(path, text, make_dirs=True)
+        write_atomic(path, redact_text(text), make_dirs=True)  # reports, dashboards, receipts: no secret
     except OSError as exc:
         raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
             what, path, to_native(exc.strerror or exc), what))
@@ -218,7 +222,7 @@ class ActionModule(DocumentedAction):
             raise AnsibleActionFail("hosts names %s, not in the inventory: fix the name(s) in hosts, or omit hosts to "
                                     "report every host of the play" % ", ".join(repr(host) for host in unknown))
         hosts = targeted_hosts(args["hosts"], task_vars)
-        rows = build_rows(args, hosts, hostvars)
+        rows = redact_result(build_rows(args, hosts, hostvars), task_vars)  # the screen, report and history too
         clocks = danger_clocks(hosts, hostvars)
         table = fleet_table.render_table(rows, COLUMNS_BY_KIND[args["kind"]])
         counts = fleet_table.summary(rows)

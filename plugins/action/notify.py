@@ -27,8 +27,11 @@ import urllib.parse
 import urllib.request
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_format as fmt
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_userinfo_problem
 from ansible_collections.remote_gpu.trainer.plugins.modules.notify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 SECRET_FILE_LIMIT = 64 * 1024
 ANSWER_LIMIT = 64 * 1024
@@ -53,11 +56,10 @@ def read_secret(sink, what, environ=None):
         return value.strip()
     if sink.get(file_key):
         path = os.path.abspath(os.path.expanduser(str(sink[file_key])))
-        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the tick, a directory fail
-            raise SinkError("%s %s is not a regular file" % (file_key, path))
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read(SECRET_FILE_LIMIT + 1)
+        try:  # bounded, never blocking on a FIFO; a link is followed (secrets are often mounted through links)
+            raw = safe_read.read_bounded(path, SECRET_FILE_LIMIT + 1, follow=True)[0]
+        except safe_read.ReadRefused as exc:
+            raise SinkError("%s %s is not a regular file (%s)" % (file_key, path, exc)) from None
         except OSError as exc:
             raise SinkError("cannot read %s %s: %s" % (file_key, path, exc.strerror or type(exc).__name__)) from None
         if len(raw) > SECRET_FILE_LIMIT:
@@ -74,6 +76,9 @@ def check_url(url, sink):
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or any(c in url for c in " \r\n\t"):
         raise SinkError("the URL from %s is not an http(s) URL" % source)
+    problem = url_userinfo_problem(url, "the URL from %s" % source)
+    if problem:  # refused before any request: never sent, never blamed on DNS
+        raise SinkError(problem)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -189,6 +194,7 @@ class ActionModule(DocumentedAction):
 
     def act(self, result, args, task_vars):
         events, problems = fmt.check_events(args["events"])
+        events = redact_result(events, task_vars)  # what is sent carries no secret either (plugin_utils/redact.py)
         failed = [{"sink": "events", "error": problem} for problem in problems]
         title = args["title"] or fmt.DEFAULT_TITLE
         messages, sent, would_send, jobs = [], 0, 0, []

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
+
 ROOT = "/sys/fs/cgroup"
 PROC = "/proc"
 MAX_READ = 65536  # cgroup and /proc files are small; never read more of one
 
 
 def read_text(path, limit=MAX_READ):
-    """The first ``limit`` bytes of a file as text, or None when it cannot be read."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit).decode("utf-8", "replace")
-    except (IOError, OSError, TypeError):
-        return None
+    """The first ``limit`` bytes of a regular file as text, or None when it cannot be read (never blocks on a
+    planted FIFO: module_utils/safe_read.py)."""
+    return safe_read.read_text(path, limit, follow=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def gather(params):
         "cgroup_is_dir": os.path.isdir(params["cgroup_root"]),
         "torch": probe_torch(params["torch_timeout"]) if params["torch"] else None,
         "hook_present": os.path.isfile(params["proxy_hook"]) if params["proxy_hook"] else None,
+        "hook_is_dir": os.path.isdir(params["proxy_hook"]) if params["proxy_hook"] else False,
     }
 
 
@@ -100,7 +101,9 @@ def judge(gathered, params):
     if params["proxy_hook"] and not hook["present"]:
         findings.append(finding(
             "FAIL", "proxy_hook_missing",
-            "the profile expects the proxy hook %s, which does not exist" % params["proxy_hook"],
+            "the profile expects the proxy hook %s, which %s" % (
+                params["proxy_hook"], "is a directory, not a hook file" if gathered.get("hook_is_dir")
+                else "does not exist"),
             "Without it downloads from Hugging Face, PyPI and GitHub hang behind the GFW: check the image, or "
             "set trainer_proxy_hook for this host."))
     return {"status": worst(findings), "findings": findings, "torch": torch, "cgroup": limits, "proxy_hook": hook,

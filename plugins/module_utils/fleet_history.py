@@ -35,6 +35,8 @@ except ImportError:  # pragma: no cover - not POSIX
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_preflight import gpu_summary
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer as _int, number as _num
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import environ_secrets, redact_data
 
 VERSION = 1
 SUFFIX = ".jsonl"
@@ -310,6 +312,7 @@ def append_record(history_dir, record):
     """Append ``record`` (one line) to its host's history file; a torn last line is ended first, so the new record
     stays readable. Raises HistoryError (unsafe name or file) or OSError."""
     name = file_name(record.get("host"))
+    record = redact_data(record, environ_secrets(os.environ))  # no secret in the history (module_utils/redact.py)
     line = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
     dir_fd = _open_dir(history_dir)
     try:
@@ -355,13 +358,12 @@ def read_text(history_dir, name, max_bytes=MAX_BYTES):
     except OSError as exc:
         return None, ["history directory %s: %s" % (history_dir, exc.strerror or exc)], None
     try:
-        fd = _open_in(dir_fd, name, os.O_RDONLY)
-    except (OSError, HistoryError) as exc:
+        # never blocks (a FIFO), never follows a symlink, regular files only: module_utils/safe_read.py
+        fd = safe_read.open_regular(name, dir_fd=dir_fd)
+    except (OSError, safe_read.ReadRefused) as exc:
         os.close(dir_fd)
-        return None, ["%s: %s" % (name, getattr(exc, "strerror", None) or exc)], None
+        return None, ["history file %s skipped: %s" % (name, getattr(exc, "strerror", None) or exc)], None
     try:
-        if not _is_regular(fd):
-            return None, ["%s is not a regular file, skipped" % name], None
         size = os.fstat(fd).st_size
         start = max(0, size - max_bytes)
         data = os.pread(fd, size - start, start) if size else b""

@@ -174,6 +174,15 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     """
     platform = record.get("platform") or "-"
     probe = record.get("probe")
+    # a string, or a mapping that is no job_status result at all, cannot be judged: malformed_result, never PASS
+    malformed = None
+    if probe is not None and not isinstance(probe, dict):
+        malformed = "the result is %s, not a mapping: %r" % (type(probe).__name__, probe)
+    elif isinstance(probe, dict) and not any(probe.get(key) for key in ("unreachable", "failed", "skipped")) \
+            and "jobs" not in probe and "findings" not in probe:
+        malformed = "it holds neither jobs nor findings (keys: %s)" % ", ".join(sorted(map(str, probe))[:10])
+    if malformed:
+        probe = {"jobs": [], "findings": [fleet_table.malformed_result("job_status", malformed)]}
     if not isinstance(probe, dict) or probe.get("unreachable"):
         return _no_answer_row(host, platform, probe)
     probed = not (probe.get("failed") and not probe.get("jobs") and not probe.get("findings"))

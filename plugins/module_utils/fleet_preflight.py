@@ -48,6 +48,9 @@ def split_probe(result):
     A probe that did not answer or failed as a whole (no interpreter, a timeout, a wrong parameter) stands for each
     check it returned no result of, so the row says why; a host that never ran it has None for all three. A probe
     that succeeded without a check's result cannot be judged: the ``malformed_result`` finding."""
+    if result is not None and not isinstance(result, dict):  # a registered string is not "failed earlier"
+        return dict.fromkeys(PROBES), fleet_table.malformed_result(ONE_PROBE, "the result is %s, not a mapping: %r" % (
+            type(result).__name__, result))
     if not isinstance(result, dict):
         return dict.fromkeys(PROBES), None
     parts = dict((probe, result.get(PROBE_MODULES[probe])) for probe in PROBES)
@@ -67,6 +70,10 @@ def _probe_problem(host, record):
     platform = record.get("platform") or "-"
     for probe in PROBES:
         result = record.get(probe)
+        if result is not None and not isinstance(result, dict):  # a registered string is not "failed earlier"
+            return _row(host, dict(record, **{probe: None}), [fleet_table.malformed_result(
+                record.get("module") or PROBE_MODULES[probe], "the result is %s, not a mapping: %r" % (
+                    type(result).__name__, result))])
         if not isinstance(result, dict):
             return fleet_table.no_result_row(host, platform)
         if result.get("unreachable"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, job_layout, job_log, jobs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, job_layout, job_log, jobs, safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 
 
@@ -50,14 +50,17 @@ def scan_log_file(path, regex, params, inside=None):
 def choose_log(spec, paths, meta, meta_problem):
     """(log path, the directory it must resolve inside or None, how it was chosen).
 
-    The task's log_path is the user's word; a trusted meta's log_path is the one detached_job recorded at start;
-    otherwise the default ``<job dir>/job.log``, which is never followed out of the job directory.
+    The task's log_path is the user's word; a trusted meta's log_path is the one detached_job recorded at start,
+    used only inside the job directory (``meta_refused``: it names a file elsewhere, which is never read);
+    otherwise the default ``<job dir>/job.log``. Neither is followed out of the job directory.
     """
     if spec["log_path"]:
         return spec["log_path"], None, "task"
     recorded = meta.get("log_path") if not meta_problem else None
-    if isinstance(recorded, str) and os.path.isabs(recorded) and recorded != paths["log_path"]:
-        return recorded, None, "meta"
+    if isinstance(recorded, str) and recorded != paths["log_path"]:
+        if safe_read.inside(recorded, paths["job_dir"]):
+            return recorded, paths["job_dir"], "meta"
+        return paths["log_path"], paths["job_dir"], "meta_refused"
     return paths["log_path"], paths["job_dir"], "default"
 
 
@@ -73,6 +76,11 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
             "Only the job's own files are trusted: make %s yours and writable by you alone (chmod go-w), or "
             "restart the job with remote_gpu.trainer.detached_job." % paths["job_dir"], job=spec["name"]))
     log_path, inside, chosen = choose_log(spec, paths, meta, meta_problem)
+    if chosen == "meta_refused":
+        findings.append(finding(
+            "WARN", "job_meta_untrusted", "%s: job.meta.json names log_path %r, outside the job directory: that file "
+            "is not read" % (spec["name"], meta["log_path"]), "Give the task's log_path (patrol_jobs: log_path) for a "
+            "log kept elsewhere, or restart the job with remote_gpu.trainer.detached_job.", job=spec["name"]))
     # the PID with its start time; launched under tmux, before the wrapper wrote its PID file, the session
     pid, alive = job_layout.liveness(paths, lambda: job_layout.tmux_has_session(
         module.run_command, module.get_bin_path("tmux"), spec["name"]))
@@ -104,7 +112,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
     if isinstance(meta.get("oom_kill_at_launch"), int):
         if meta.get("oom_events_path") == oom["path"]:
             counters = oom["counters"]
-        elif isinstance(meta.get("oom_events_path"), str):
+        elif isinstance(meta.get("oom_events_path"), str) and os.path.basename(meta["oom_events_path"]) in (
+                "memory.events", "memory.oom_control"):  # a record names only a cgroup's counter file
             counters = cgroup.read_counters(meta["oom_events_path"])
         else:
             counters = None

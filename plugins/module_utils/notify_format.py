@@ -28,6 +28,8 @@ import hmac
 import urllib.parse
 from email.message import EmailMessage
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import redact as redact_mod
+
 KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated")
 EVENT_KEYS = ("host", "kind", "level", "text")
 SINK_TYPES = ("webhook", "slack", "feishu", "lark", "dingtalk", "wecom", "email")
@@ -227,12 +229,9 @@ def recipients(value):
 
 
 def redact(text, secrets):
-    """``text`` with every secret (and its URL-encoded form) replaced by ``***``."""
-    text = str(text)
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        for form in (secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)):
-            text = text.replace(form, "***")
-    return text
+    """``text`` with every secret (and its URL-encoded forms) replaced by ``***``: module_utils/redact.py's
+    ``redact``, the one owner (user information in URLs and tokens of known shapes go too)."""
+    return redact_mod.redact(text, [secret for secret in secrets if secret], mark="***")
 
 
 def api_error(sink_type, body):

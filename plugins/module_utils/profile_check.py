@@ -100,23 +100,29 @@ def extra_problems(params):
     """
     problems = []
     cap, meter = params["trainer_inode_cap"], params["trainer_meter_stop"]
-    if not (cap == "unknown" or (_is_integer(cap) and cap > 0)) \
-            or not _absolute(params["trainer_data_dir"]) or not _absolute(params["trainer_durable_dir"]) \
-            or not (meter["verb"] == "manual" or meter["command"] or (meter["api"] or {}).get("provider")):
-        problems.append(
-            " has a wrongly typed value: trainer_inode_cap must be a positive integer or 'unknown' (got %s), "
-            "trainer_data_dir and trainer_durable_dir absolute paths (got %s, %s), and trainer_meter_stop needs a "
-            "command or an api unless its verb is 'manual'." % (
-                _json(cap), _json(params["trainer_data_dir"]), _json(params["trainer_durable_dir"])))
+    # only the values that are wrong are named (a message that blames valid values sends the user hunting)
+    wrong = []
+    if not (cap == "unknown" or (_is_integer(cap) and cap > 0)):
+        wrong.append("trainer_inode_cap must be a positive integer or 'unknown' (got %s)" % _json(cap))
+    for key in ("trainer_data_dir", "trainer_durable_dir"):
+        if not _absolute(params[key]):
+            wrong.append("%s must be an absolute path (got %s)" % (key, _json(params[key])))
+    if not (meter["verb"] == "manual" or meter["command"] or (meter["api"] or {}).get("provider")):
+        wrong.append("trainer_meter_stop needs a command or an api unless its verb is 'manual'")
+    if wrong:
+        problems.append(" has a wrongly typed value: %s." % "; ".join(wrong))
     prefix, conda = params["trainer_env_prefix"], params["trainer_conda_activate"]
     detach, hook = params["trainer_detach"], params["trainer_onstart_hook"]
-    if not (prefix == "" or _absolute(prefix)) or (prefix == "" and conda) \
-            or (detach == "onstart") != (len(hook) > 0) or not (hook == "" or _absolute(hook)):
-        problems.append(
-            ": trainer_env_prefix must be an absolute path or \"\" (got %s), and trainer_conda_activate needs it "
-            "(got %s); trainer_onstart_hook must be the absolute path of the platform's onstart script exactly when "
-            "trainer_detach is 'onstart' (got %s with trainer_detach %s)." % (
-                _json(prefix), conda, _json(hook), _json(detach)))
+    wrong = []
+    if not (prefix == "" or _absolute(prefix)):
+        wrong.append("trainer_env_prefix must be an absolute path or \"\" (got %s)" % _json(prefix))
+    elif prefix == "" and conda:
+        wrong.append("trainer_conda_activate needs trainer_env_prefix (got %s with trainer_env_prefix \"\")" % conda)
+    if (detach == "onstart") != (len(hook) > 0) or not (hook == "" or _absolute(hook)):
+        wrong.append("trainer_onstart_hook must be the absolute path of the platform's onstart script exactly when "
+                     "trainer_detach is 'onstart' (got %s with trainer_detach %s)" % (_json(hook), _json(detach)))
+    if wrong:
+        problems.append(": %s." % "; ".join(wrong))
     logdir, port = params["trainer_tensorboard_logdir"], params["trainer_tensorboard_port"]
     if (len(logdir) > 0) != (port > 0):
         problems.append(

@@ -27,7 +27,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-REDACTED = "<redacted>"
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import redact, url_userinfo_problem
+
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
@@ -36,20 +37,15 @@ class ProviderAPIError(Exception):
     """A failure of a provider's API, with a message that is safe to show (the key is scrubbed)."""
 
     def __init__(self, message, status=None, kind="error"):
-        super().__init__(message)
+        super().__init__(redact(message))  # tokens of known shapes that a provider echoes (module_utils/redact.py)
         self.status = status
         self.kind = kind
 
 
 def scrub(text, secret):
-    """``text`` with every occurrence of ``secret`` (and its URL-quoted form) replaced by ``<redacted>``."""
-    text = "" if text is None else str(text)
-    if not secret:
-        return text
-    for form in tuple(dict.fromkeys((secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)))):
-        if form:
-            text = text.replace(form, REDACTED)
-    return text
+    """``text`` with ``secret`` (and its URL-quoted forms), user information in URLs and tokens of known shapes
+    replaced by ``<redacted>``: module_utils/redact.py's ``redact``, the one owner."""
+    return redact(text, [secret] if secret else ())
 
 
 def resolve_api_key(option_value, env_var, environ, provider):
@@ -92,6 +88,9 @@ class ProviderHTTP:
         self.opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler())
         self.auth_scheme = auth_scheme
         self.requests = 0
+        problem = url_userinfo_problem(self.base_url, "%s: api_url" % provider)
+        if problem:  # a permanent error: refused before any request, never retried, never blamed on DNS
+            raise ProviderAPIError(problem, kind="bad_url")
         parsed = urllib.parse.urlparse(self.base_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ProviderAPIError("%s: api_url must be an http(s) URL, got %r." % (provider, self._scrub(base_url)),
@@ -188,7 +187,7 @@ class ProviderHTTP:
             return "ok", None, None
         try:
             return "ok", json.loads(body.decode("utf-8")), None
-        except (UnicodeDecodeError, ValueError) as err:
+        except (UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nested deeper than json can
             self._fail("malformed response from %s: not JSON (%s; %d bytes)." % (shown, err.__class__.__name__, len(body)),
                        kind="malformed")
 

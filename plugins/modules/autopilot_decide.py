@@ -138,4 +138,12 @@ notify_available:
   type: bool
   returned: always
   sample: true
+history_warnings:
+  description:
+    - The history files that could not be read or written, each with the reason (a FIFO, a device or a symlink is
+      skipped without being opened or followed; of a file larger than the bound only its last records are read).
+  type: list
+  elements: str
+  returned: always
+  sample: ["history file lab-01.jsonl skipped: lab-01.jsonl is a FIFO, not a regular file: not read"]
 """

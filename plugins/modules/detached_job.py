@@ -59,6 +59,9 @@ options:
   log_path:
     description:
       - The job's log, appended to. Defaults to C(<run_dir>/<name>/job.log).
+      - M(remote_gpu.trainer.job_status) reads a log outside the job directory only when its task names it too
+        (O(remote_gpu.trainer.job_status#module:log_path)); the path recorded in C(job.meta.json) is followed only
+        inside the job directory.
       - An absolute path to a regular file, created when absent. Before anything is started the module checks that
         it can append to it, and fails naming the path when it cannot (a read-only or missing filesystem, a
         directory, a FIFO or a device, or one of the job's own files such as C(status.json)).

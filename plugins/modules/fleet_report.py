@@ -161,7 +161,9 @@ options:
     type: int
     default: 95
   tail_lines:
-    description: With O(kind=patrol), how many last log lines of a dead or crashed job the host's line shows.
+    description:
+      - With O(kind=patrol), how many last log lines of a dead or crashed job the host's line shows (0 or more; a
+        negative number is refused).
     type: int
     default: 3
   idle_minutes:

@@ -232,6 +232,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identi
     check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, Lifecycle, make_client, plan)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_secrets
 
 
 def run(module, result):
@@ -306,6 +307,7 @@ def main():
         supports_check_mode=True,
     )
     secret = module.params["api_key"] or os.environ.get(PROVIDERS[module.params["provider"]]["env_var"])
+    module.no_log_values.update(url_secrets(module.params["api_url"]))  # user:password@ in api_url: never shown
     result = {"changed": False, "provider": module.params["provider"], "id": str(module.params["id"] or "").strip(),
               "state": module.params["state"], "verb": None, "request": None, "waited": False,
               "identity": {"by": None, "expected": None, "source": None, "observed": None, "match": None}}

@@ -165,7 +165,10 @@ options:
 notes:
   - >-
     Which log is read: O(log_path) (or O(jobs[].log_path)) when given; else the C(log_path) recorded in
-    C(job.meta.json) at launch, but only when that file is trusted; else the default C(<run_dir>/<name>/job.log).
+    C(job.meta.json) at launch, but only when that file is trusted and the path lies inside the job directory
+    (resolved without following a link out of it; a meta naming a file elsewhere is a C(job_meta_untrusted) WARN and
+    that file is never read: give O(log_path) for a log kept outside the job directory); else the default
+    C(<run_dir>/<name>/job.log).
   - >-
     C(job.meta.json) is trusted only when it is a regular file (not a symlink) owned by the user running the
     module, not writable by group or others, in a job directory not writable by others

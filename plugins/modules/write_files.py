@@ -43,7 +43,9 @@ options:
         too.
       - Each directory this creates gets O(directory_mode), and so does each listed directory that already exists;
         an existing parent that is not listed is left as it is.
-      - A listed path that exists and is not a directory (or a link to one) fails the task.
+      - A listed path that exists and is not a directory fails the task, and so does one that is a symbolic link,
+        even to a directory - the mode of a link's target, a directory nobody listed, is never changed. List the
+        real directory instead.
     type: list
     elements: path
     default: []
@@ -161,6 +163,9 @@ def absolute(path, what):
 def make_directory(path, mode, check, done, planned):
     """Create ``path`` and its missing parents with ``mode``, or correct the mode of an existing ``path``.
     ``planned``: the directories that check mode did not create; it adds those it would create."""
+    if os.path.islink(path):
+        raise WriteError("%s is a symbolic link (to %s): write_files never changes the mode of a link's target; list "
+                         "the real directory instead, or remove the link" % (path, os.path.realpath(path)))
     missing = []
     current = path
     while not os.path.isdir(current) and current not in planned:
@@ -173,12 +178,26 @@ def make_directory(path, mode, check, done, planned):
             planned.add(directory)
         else:
             os.mkdir(directory, mode)
-            os.chmod(directory, mode)  # the umask took bits away
+            chmod_directory(directory, mode)  # the umask took bits away
         done.append({"path": directory, "state": "created"})
     if not missing and path not in planned and stat.S_IMODE(os.stat(path).st_mode) != mode:
         if not check:
-            os.chmod(path, mode)
+            chmod_directory(path, mode)
         done.append({"path": path, "state": "mode"})
+
+
+def chmod_directory(path, mode):
+    """Set the mode of the directory ``path`` itself: opened without following a link (one swapped in since it was
+    looked at is refused), then fchmod."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise WriteError("%s is no longer a plain directory (%s): its mode is left alone; run the task again"
+                         % (path, exc.strerror or exc))
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def read_regular(path, limit):

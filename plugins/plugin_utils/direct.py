@@ -40,6 +40,8 @@ from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.display import Display
 from ansible.utils.vars import merge_hash
 
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
+
 display = Display()
 
 COLLECTION = __name__.split(".plugins.", 1)[0]  # ansible_collections.remote_gpu.trainer
@@ -179,6 +181,10 @@ class DirectAction(NormalAction):
     MODULE = ""
 
     def run(self, tmp=None, task_vars=None):
+        # what the box answered leaves through the one redaction owner (a log tail that printed a token)
+        return redact_result(self._run(tmp, task_vars), task_vars)
+
+    def _run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         try:
             shebang = self.shebang(task_vars)

@@ -25,7 +25,11 @@ import yaml
 # libyaml's safe loader when PyYAML has it (ten times faster: every run of an action parses its DOCUMENTATION)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import redact, redact_data
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import run_secrets
 
 # The keys of an option's documentation that are also keys of an argument spec.
 _SPEC_KEYS = ("type", "required", "default", "choices", "elements", "aliases", "no_log")
@@ -73,7 +77,15 @@ class DocumentedAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _spec, args = self.validate_argument_spec(argument_spec=self.SPEC)
-        return self.act(result, args, task_vars or {})
+        # every controller action's result and refusal leaves through the one redaction owner
+        # the run's secrets, and any value given through one of this action's no_log options
+        secrets = run_secrets(task_vars, extra=[str(args[name]) for name, option in self.SPEC.items()
+                                                if option.get("no_log") and args.get(name) not in (None, "")])
+        try:
+            return redact_data(self.act(result, args, task_vars or {}), secrets)
+        except AnsibleActionFail as exc:
+            raise AnsibleActionFail(redact(exc.message, secrets),
+                                    result=redact_data(dict(exc.result_contribution), secrets)) from None
 
     def act(self, result, args, task_vars):
         """The action itself: ``result`` from ActionBase.run, ``args`` validated against ``SPEC``."""

@@ -60,7 +60,11 @@ class HostVariables:
     def get(self, host):
         if host not in self._views:
             raw_get = getattr(self._hostvars, "raw_get", None)
-            # Ansible's raw_get answers an unknown host with an Undefined, not a mapping
-            variables = raw_get(host) if raw_get else self._hostvars.get(host)
-            self._views[host] = HostView(variables, self._templar) if isinstance(variables, Mapping) else None
+            # Ansible's raw_get answers an unknown host with an Undefined, which outside a template raises "A
+            # required TemplateContext context is not active": an unknown host is asked about first
+            try:
+                variables = raw_get(host) if raw_get else self._hostvars.get(host)
+                self._views[host] = HostView(variables, self._templar) if isinstance(variables, Mapping) else None
+            except Exception:  # pylint: disable=broad-except
+                self._views[host] = None
         return self._views[host]

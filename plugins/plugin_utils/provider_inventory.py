@@ -23,6 +23,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http i
     ProviderAPIError, ProviderHTTP, resolve_api_key, scrub)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import CONSOLES
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import PROVIDERS
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import without_secrets
 
 # the host variable that carries each provider's instance id (runpod_pod_id, vastai_instance_id, ...)
 ID_VARS = {provider: row[0] for provider, row in CONSOLES.items()}
@@ -112,12 +113,15 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
                 client = self._client()
                 records = self.fetch(client)
             except ProviderAPIError as err:
-                raise AnsibleParserError(str(err)) from None
+                # the API's own words (AutoDL's msg) may echo the key: scrubbed like everything else
+                raise AnsibleParserError(scrub(str(err), client.api_key if client else None)) from None
             except Exception as err:  # pylint: disable=broad-except
                 # Never a traceback, never the key: the message of anything unexpected is scrubbed.
                 secret = client.api_key if client else (self.get_option("api_key") or os.environ.get(self.ENV_VAR))
                 raise AnsibleParserError(scrub("%s: unexpected failure while listing instances: %s: %s"
                                                % (self.PROVIDER, type(err).__name__, err), secret)) from None
+            # neither the cache nor anything after it holds an instance's environment or credentials
+            records = without_secrets(records)
             if use_cache:
                 self._cache[cache_key] = records
         self._populate(records)
@@ -131,8 +135,8 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             except (ValueError, TypeError, AttributeError) as err:
                 skipped.append("record %d (%s)" % (index, err))
         if skipped:
-            self.display.warning("%s: skipped %d malformed instance record(s): %s"
-                                 % (self.PROVIDER, len(skipped), "; ".join(skipped[:10])))
+            self.display.warning(scrub("%s: skipped %d malformed instance record(s): %s"
+                                       % (self.PROVIDER, len(skipped), "; ".join(skipped[:10])), None))
         strict = self.get_option("strict")
         filters = self.get_option("filters") or []
         include_stopped = self.get_option("include_stopped")

@@ -16,6 +16,8 @@ one per API request, from a queue:
     {"truncate": true}                   announces a longer body than it sends, then closes
     {"malformed": true}                  a body that is not JSON
     {"code": "SomeError"}                AutoDL style: HTTP 200 with {"code": "SomeError", "msg": ...}
+    {"status": 400, "raw": "..."}        this body, verbatim, with the status (default 200): an error page that echoes
+                                         what it was sent, a body nested deeper than any parser goes
 
 A lifecycle verb calls ``fake.on_lifecycle(record, verb)`` when set (verb: stop, start or terminate), after the
 record changed: a lab test uses ``meter_log_hook`` to make the verb hit the lab instance's meter log.
@@ -482,6 +484,8 @@ def _handler(fake):
             if fault and fault.get("slow"):
                 time.sleep(float(fault["slow"]))
                 fault = None
+            if fault and isinstance(fault.get("raw"), str):
+                return self._send(int(fault.get("status") or 200), None, raw=fault["raw"].encode("utf-8"))
             if fault and fault.get("status"):
                 headers = [("Retry-After", str(fault["retry_after"]))] if "retry_after" in fault else []
                 return self._send(int(fault["status"]), {"error": "injected %s" % fault["status"]}, headers)

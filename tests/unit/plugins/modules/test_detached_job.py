@@ -286,7 +286,11 @@ def test_env_files_env_chdir_and_argv_list(module_runner, run_dir, tmp_path):
     log = (tmp_path / "logs" / "env.log").read_text()
     assert "hooked it's x 1" in log and str(work) in log and str(run_dir / "env" / "items") in log
     report = status(module_runner, run_dir, "env")
-    assert report["jobs"][0]["log_path"] == str(tmp_path / "logs" / "env.log")  # recorded at launch
+    # recorded at launch, outside the job directory: never read on the record's word alone (issue 29)
+    assert report["jobs"][0]["log_path"] == str(run_dir / "env" / "job.log")
+    assert any(f["code"] == "job_meta_untrusted" for f in report["findings"])
+    report = status(module_runner, run_dir, "env", log_path=str(tmp_path / "logs" / "env.log"))  # the task's word
+    assert report["jobs"][0]["log_path"] == str(tmp_path / "logs" / "env.log")
 
 
 def test_missing_env_file_and_bad_input_fail_cleanly(module_runner, run_dir, tmp_path):

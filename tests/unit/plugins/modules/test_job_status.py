@@ -339,9 +339,19 @@ def test_a_planted_meta_never_names_the_file_that_is_tailed(module_runner, tmp_p
     assert job["log_path"] == str(job_dir / "job.log") and job["progress"]["value"] == 2
     assert job["detach"] is None and not any(line.startswith("root:") for line in job["tail"])
     assert ("job_meta_untrusted", "WARN") in [(f["code"], f["level"]) for f in result["findings"]]
-    os.chmod(str(job_dir / "job.meta.json"), 0o600)  # the user's own private meta is trusted
-    job = report(module_runner, {"name": "p", "run_dir": str(run_dir)})["jobs"][0]
-    assert job["log_path"] == "/etc/passwd" and job["detach"] == "tmux"
+    os.chmod(str(job_dir / "job.meta.json"), 0o600)  # the user's own private meta is trusted...
+    result = report(module_runner, {"name": "p", "run_dir": str(run_dir)})
+    job = result["jobs"][0]
+    assert job["detach"] == "tmux"
+    # ...but the file it names outside the job directory is never read (issue 29)
+    assert job["log_path"] == str(job_dir / "job.log") and not any(line.startswith("root:") for line in job["tail"])
+    assert any(f["code"] == "job_meta_untrusted" and "/etc/passwd" in f["message"] for f in result["findings"])
+    (job_dir / "logs").mkdir()
+    (job_dir / "logs" / "train.log").write_text("epoch 5\n")
+    (job_dir / "job.meta.json").write_text(json.dumps({"log_path": str(job_dir / "logs" / "train.log")}))
+    result = report(module_runner, {"name": "p", "run_dir": str(run_dir)})
+    assert result["jobs"][0]["log_path"] == str(job_dir / "logs" / "train.log")  # inside the job directory: read
+    assert result["jobs"][0]["progress"]["value"] == 5 and "job_meta_untrusted" not in str(result["findings"])
 
 
 @pytest.mark.root

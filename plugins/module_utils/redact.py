@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# Copyright: remote_gpu.trainer contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one owner of secret redaction: every message, result, report, history record, dashboard, receipt and
+notification that leaves the collection passes through ``redact`` (text) or ``redact_data`` (a result).
+
+What is redacted:
+
+- the known secrets of the run, given by the caller (an API key, a webhook URL, an SMTP password), with their
+  URL-quoted forms; ``environ_secrets`` adds the values of the controller's secret-named environment variables
+  (the providers' keys, ``HF_TOKEN``, ``WANDB_API_KEY``, any ``*_KEY``/``*_TOKEN``/``*_PASSWORD``/``*_SECRET``);
+- user information in URLs (``scheme://user:password@host`` keeps ``scheme://<redacted>@host``);
+- secret-named query parameters and ``key=value`` / ``"key": "value"`` pairs (``api_key``, ``token``, ``sign``...);
+- tokens of the shapes the providers and tools hand out (RunPod ``rpa_``/``rps_``, Hugging Face ``hf_``, OpenAI-style
+  ``sk-``, GitHub ``ghp_``, Slack ``xox?-``, W&B ``local-``, JWTs such as AutoDL's), and the value after ``Bearer``/``Basic``/``token``.
+
+A vast.ai key (64 hex digits) and a W&B key (40 hex digits) have no prefix: they look like a sha256 or a git
+commit, which reports must keep, so they are redacted as known secrets (their environment variables), not by shape.
+
+Pure functions, standard library only: modules on the box and the controller's plugins import the same code.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+MARK = "<redacted>"
+# A known secret shorter than this is not searched for: it would blank ordinary words of every message.
+MIN_SECRET = 4
+# Environment variables whose values are secrets, by name (the providers' keys, the tokens of the job environment).
+SECRET_ENV_NAMES = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "AUTODL_TOKEN", "HF_TOKEN",
+                    "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "OPENAI_API_KEY", "GITHUB_TOKEN")
+SECRET_NAME = re.compile(r"(?i)(?:^|_)(?:api_?key|key|token|password|passwd|secrets?|webhook(?:_url)?|access_key)$")
+# Harvested values (from names alone) shorter than this are left alone: "KEY=1" is a setting, not a secret.
+MIN_HARVESTED = 8
+
+_WORD = r"[A-Za-z0-9_\-]"
+SHAPES = (
+    re.compile(r"(?<![A-Za-z0-9])(?:rpa|rps)_[A-Za-z0-9]{12,}"),          # RunPod API keys
+    re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{16,}"),                    # Hugging Face tokens
+    re.compile(r"(?<![A-Za-z0-9])sk-(?:proj-|ant-)?[A-Za-z0-9_\-]{16,}"),  # OpenAI/Anthropic-style keys
+    re.compile(r"(?<![A-Za-z0-9])(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}"),  # GitHub tokens
+    re.compile(r"(?<![A-Za-z0-9])xox[abprs]-[A-Za-z0-9\-]{10,}"),           # Slack tokens
+    re.compile(r"(?<![A-Za-z0-9])local-[0-9a-f]{40}"),                     # W&B local keys
+    re.compile(r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),  # JWTs (AutoDL tokens)
+)
+# the value after an authorization scheme
+_SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|\+)([A-Za-z0-9._~+/=\-]{8,})"
+                     r"|\b(token)(\s+|%20|\+)((?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,})")
+# user information in a URL: scheme://user[:password]@
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)([^/\s@\"'<>\\]+)@")
+# a secret-named parameter or field: api_key=..., ?token=..., "password": "...", sign=...
+_PAIR = re.compile(r"(?i)([\"']?(?<![A-Za-z0-9_\-])(?:[a-z0-9_\-]{0,40}(?:api_?key|access_?key|token|password|passwd|secret|signature)|sign)"
+                   r"[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;<>\\]{4,})")
+
+
+def _forms(secret):
+    """A secret and its URL-quoted forms (how it shows in a URL, a query string or a form body)."""
+    return dict.fromkeys((secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret),
+                          urllib.parse.quote(secret)))
+
+
+def _pair(match, mark):
+    value = match.group(2)
+    # a number (a token count, a page number) or an already redacted value is not a secret
+    if value.isdigit() or mark in value or value.lower() in ("none", "null", "true", "false"):
+        return match.group(0)
+    return match.group(1) + mark
+
+
+def _scheme(match, mark):
+    if match.group(1):
+        return match.group(1) + match.group(2) + mark
+    return match.group(4) + match.group(5) + mark
+
+
+def redact(text, secrets=(), mark=MARK):
+    """``text`` (any value: it is made a string) with every known secret in ``secrets`` and every secret of a
+    known shape replaced by ``mark``. None is the empty string."""
+    text = "" if text is None else str(text)
+    if not text:
+        return text
+    text = _USERINFO.sub(lambda m: m.group(1) + mark + "@", text)
+    text = _SCHEME.sub(lambda m: _scheme(m, mark), text)
+    for shape in SHAPES:
+        text = shape.sub(mark, text)
+    text = _PAIR.sub(lambda m: _pair(m, mark), text)
+    known = set()
+    for secret in secrets or ():
+        if isinstance(secret, str) and len(secret.strip()) >= MIN_SECRET:
+            known.update(form for form in _forms(secret.strip()) if form)
+    for form in sorted(known, key=len, reverse=True):
+        text = text.replace(form, mark)
+    return text
+
+
+def redact_data(value, secrets=(), mark=MARK, _depth=0):
+    """A copy of ``value`` (dicts, lists, strings, scalars) with every string redacted; keys are kept, except
+    that a dict key that is itself a secret is redacted too. Deeper than 64 levels: the whole value is ``mark``."""
+    if _depth > 64:
+        return mark
+    if isinstance(value, str):
+        return redact(value, secrets, mark)
+    if isinstance(value, dict):
+        return dict((redact(key, secrets, mark) if isinstance(key, str) else key,
+                     redact_data(item, secrets, mark, _depth + 1)) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return [redact_data(item, secrets, mark, _depth + 1) for item in value]
+    return value
+
+
+def environ_secrets(environ):
+    """The values of the secret-named variables of ``environ`` (see SECRET_ENV_NAMES and SECRET_NAME)."""
+    found = []
+    for name, value in (environ or {}).items():
+        if not isinstance(value, str) or not value.strip():
+            continue
+        if name in SECRET_ENV_NAMES or (SECRET_NAME.search(name) and len(value.strip()) >= MIN_HARVESTED):
+            found.append(value.strip())
+    return found
+
+
+def url_secrets(url):
+    """The user information of ``url`` (``user:password`` and the password alone), for a module's
+    ``no_log_values``: so that not even its ``invocation`` shows them. [] when it has none."""
+    try:
+        netloc = urllib.parse.urlsplit(str(url or "")).netloc
+    except ValueError:
+        return []
+    if "@" not in netloc:
+        return []
+    userinfo = netloc.rpartition("@")[0]
+    return [part for part in (userinfo, userinfo.partition(":")[2]) if len(part) >= MIN_SECRET]
+
+
+def url_userinfo_problem(url, what="api_url"):
+    """A message when ``url`` carries user information (``user:password@``), else None. The message never shows
+    it: such a URL is refused before any request, because the credentials would travel in logs and errors."""
+    try:
+        parts = urllib.parse.urlsplit(str(url or ""))
+    except ValueError:
+        return None
+    if "@" not in (parts.netloc or ""):
+        return None
+    # the host only: a webhook's path is its token
+    shown = "%s://%s@%s/..." % (parts.scheme, MARK, parts.netloc.rpartition("@")[2])
+    return ("%s %s holds user information (user:password@): refused, nothing was sent. Put the credentials where "
+            "they belong (the API key's environment variable or option, a webhook URL from *_env or *_file without "
+            "user:password@), and give the URL without them." % (what, shown))
+
+
+# Fields of a provider's instance record that carry the instance's environment or credentials: never cached,
+# never copied into hostvars (provider_hosts curates the rest).
+RECORD_SECRET_KEYS = re.compile(r"(?i)^(?:env|envs|environment|extra_env|env_vars|onstart|onstart_cmd|docker_args|"
+                                r"ssh_command|jupyter_url|root_password|.*(?:password|passwd|token|secret|api_?key).*)$")
+
+
+def without_secrets(record, _depth=0):
+    """A copy of a provider's record (or list of records) without the fields named by RECORD_SECRET_KEYS, at any
+    depth; deeper than 64 levels the part is dropped (None)."""
+    if _depth > 64:
+        return None
+    if isinstance(record, dict):
+        return dict((key, without_secrets(value, _depth + 1)) for key, value in record.items()
+                    if not (isinstance(key, str) and RECORD_SECRET_KEYS.match(key)))
+    if isinstance(record, list):
+        return [without_secrets(item, _depth + 1) for item in record]
+    return record

@@ -1,0 +1,110 @@
+"""module_utils/redact.py, the one owner of redaction, and plugin_utils/redact.py, the run's known secrets."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import redact
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.notify_format import redact as notify_redact
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import scrub
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result, run_secrets
+
+
+@pytest.mark.parametrize("text,secret", [
+    ("token sk-abcdefghijklmnop1234 is invalid", "sk-abcdefghijklmnop1234"),
+    ("key rpa_ABCDEFGHIJKLMNOP1234 refused", "rpa_ABCDEFGHIJKLMNOP1234"),
+    ("HF_TOKEN=hf_abcdefghijklmnopqrstu", "hf_abcdefghijklmnopqrstu"),
+    ("Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("GET https://bob:hunter2@api.example/v1/pods", "hunter2"),
+    ("GET https://bob:hunter2@api.example/v1/pods", "bob"),
+    ("?api_key=XYZSECRET1&x=1", "XYZSECRET1"),
+    ('{"password": "pa55word!"}', "pa55word!"),
+    ("dingtalk ...&sign=abcDEF123%2B", "abcDEF123%2B"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl here", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
+    ("token ghp_abcdefghijklmnopqrstuvwxyz0123 x", "ghp_abcdefghijklmnopqrstuvwxyz0123"),
+])
+def test_tokens_of_known_shapes_and_user_information_go(text, secret):
+    assert secret not in redact.redact(text)
+    assert redact.MARK in redact.redact(text)
+
+
+@pytest.mark.parametrize("text", [
+    "epoch 3/10 loss 0.25", "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "max_tokens=5", "design: good", "token expired yesterday", "https://hf-mirror.com/models", "see api_key)",
+    "git commit 1f3e5d7c9b0a2e4d6c8b0a1f3e5d7c9b2a4e6d8c",
+])
+def test_ordinary_text_is_kept(text):
+    assert redact.redact(text) == text
+
+
+def test_known_secrets_and_their_url_forms_go_longest_first():
+    secret = "k+y/1 long"
+    text = "a %s b k%%2By%%2F1%%20long c k%%2By%%2F1+long" % secret
+    assert redact.redact(text, [secret, None, "", "ab"]) == "a <redacted> b <redacted> c <redacted>"
+    assert redact.redact("x hunter2 y", ["hunter2"], mark="***") == "x *** y"
+    assert redact.redact(None) == "" and redact.redact(7) == "7"
+
+
+def test_the_older_helpers_are_the_same_owner():
+    assert scrub("key S3CRETKEY in https://u:p4ss@h/x", "S3CRETKEY") == redact.redact(
+        "key S3CRETKEY in https://u:p4ss@h/x", ["S3CRETKEY"])
+    assert notify_redact("url http://h/x?s=abc123 sk-abcdefghijklmnop1234", ["abc123"]) == "url http://h/x?s=*** ***"
+
+
+def test_redact_data_walks_results_and_stays_json():
+    data = {"msg": "Bearer abcdefgh12345678", "rows": [{"tail": ["hf_abcdefghijklmnopqrstu"]}], "n": 3,
+            "ok": True, "nested": {"hunter22": ("hunter22",)}}
+    out = redact.redact_data(data, ["hunter22"])
+    text = json.dumps(out)
+    assert "abcdefgh12345678" not in text and "hf_abc" not in text and "hunter22" not in text
+    assert out["n"] == 3 and out["ok"] is True
+    deep = current = []
+    for _level in range(200):
+        current.append([])
+        current = current[0]
+    assert redact.redact_data(deep)  # bounded depth, no RecursionError
+
+
+def test_environ_secrets_by_name():
+    env = {"RUNPOD_API_KEY": "k1", "HF_TOKEN": "hf-short", "MY_SERVICE_PASSWORD": "longenough", "HOME": "/root",
+           "SOME_KEY": "1", "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T/B/x", "EMPTY_TOKEN": " "}
+    assert sorted(redact.environ_secrets(env)) == sorted(["k1", "hf-short", "longenough",
+                                                          "https://hooks.slack.com/services/T/B/x"])
+
+
+def test_run_secrets_from_task_vars_and_credentials():
+    task_vars = {"vault_wandb_api_key": "wandbkey-1234567890", "credentials_secrets": {"HF_TOKEN": "hfvalue-12345678"},
+                 "trainer_data_dir": "/root/autodl-tmp", "some_token": "{{ lookup('env', 'X') }}", "a_key": 5}
+    found = run_secrets(task_vars, environ={})
+    assert sorted(found) == ["hfvalue-12345678", "wandbkey-1234567890"]
+    result = redact_result({"msg": "printed wandbkey-1234567890 and hfvalue-12345678"}, task_vars)
+    assert result["msg"] == "printed <redacted> and <redacted>"
+
+
+def test_a_url_with_user_information_is_named_without_it():
+    problem = redact.url_userinfo_problem("https://bob:hunter2@api.example:8443/v1/x?q=1")
+    assert "hunter2" not in problem and "bob" not in problem and "api.example:8443" in problem
+    assert "user information" in problem and "/v1/x" not in problem  # a webhook's path is its token
+    assert redact.url_userinfo_problem("https://api.example/v1") is None
+    assert redact.url_secrets("https://bob:hunter2@h/x") == ["bob:hunter2", "hunter2"]
+    assert redact.url_secrets("https://h/x") == []
+
+
+def test_without_secrets_drops_environments_and_credentials_at_any_depth():
+    record = {"id": 1, "env": {"HF_TOKEN": "x"}, "extra_env": [["A", "b"]], "jupyter_token": "t",
+              "ssh_key_names": ["mine"], "ports": [{"HostPort": 22, "root_password": "p"}],
+              "snapshot": {"proxy_host": "h", "ssh_command": "ssh -p 1 root@h", "root_password": "p"}}
+    assert redact.without_secrets([record]) == [{"id": 1, "ssh_key_names": ["mine"], "ports": [{"HostPort": 22}],
+                                                 "snapshot": {"proxy_host": "h"}}]
+
+
+@pytest.mark.parametrize("text", ["a-" * 500000, "a." * 500000, "x:" * 500000, "http://" + "x" * 1000000,
+                                  "token=" * 100000, "a_=" * 300000])
+def test_a_megabyte_of_hostile_text_is_redacted_in_linear_time(text):
+    started = time.monotonic()
+    redact.redact(text, ["secret123"])
+    assert time.monotonic() - started < 3  # "a-" * 500000 took 4.5 s with an unbounded key-name pattern
