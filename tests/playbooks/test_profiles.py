@@ -14,12 +14,14 @@ from pbhelpers import REPO, run_playbook
 PLATFORMS = ("autodl", "runpod", "vastai", "lambda", "paperspace", "china", "generic_ssh", "local")
 VARIANTS = ("slurm", "kubernetes")
 SPEC = yaml.safe_load((REPO / "roles/profile/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+# set for every host in group_vars/all.yml (the one owner of the run directory and the default job name)
+FOR_ALL = yaml.safe_load((REPO / "group_vars" / "all.yml").read_text())
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_every_platform_profile_sets_exactly_the_schema(platform):
     profile = yaml.safe_load((REPO / "group_vars" / ("%s.yml" % platform)).read_text())
-    keys = {k for k in profile if k.startswith("trainer_")}
+    keys = {k for k in profile if k.startswith("trainer_")} | set(FOR_ALL)
     assert keys == set(SPEC), "missing %s, unknown %s" % (set(SPEC) - keys, keys - set(SPEC))
     assert re.fullmatch(r"20\d\d-\d\d", profile["trainer_meter_stop"]["verified"])
     assert all(re.fullmatch(r"20\d\d-\d\d", c["verified"]) for c in profile["trainer_danger_clocks"])
@@ -33,7 +35,7 @@ def test_variants_override_only_known_keys(variant):
 
 def test_playbooks_see_each_profile_through_a_symlink():
     """The profiles are defined once, in group_vars/; playbooks/group_vars/ only links to them."""
-    profiles = sorted(p.name for p in (REPO / "group_vars").glob("*.yml"))
+    profiles = sorted(p.name for p in (REPO / "group_vars").glob("*.yml"))  # all.yml included
     linked = sorted(p.name for p in (REPO / "playbooks" / "group_vars").iterdir())
     assert linked == profiles
     for name in linked:
