@@ -24,9 +24,9 @@ reported, never fatal. Sources that disagree are a conflict: no id is returned a
 
 from __future__ import annotations
 
-import os
 import re
-import stat
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 
 MAX_BYTES = 256 * 1024
 
@@ -43,23 +43,10 @@ _ASSIGN = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 def read_bounded(path, limit=MAX_BYTES):
-    """The bytes of the regular file ``path`` (at most ``limit``), opened without following a symlink; OSError else.
-    /proc files report size 0, so the read is bounded by ``limit`` itself."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file")
-        chunks, total = [], 0
-        while total < limit:
-            chunk = os.read(fd, min(65536, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    """The first ``limit`` bytes of the regular file ``path``, never through a symlink, never blocking (safe_read:
+    /proc files report size 0 and are read to their end). Raises OSError, or safe_read.ReadRefused naming what the
+    file is."""
+    return safe_read.read_bounded(path, limit)[0]
 
 
 def environ_value(data, variable):
@@ -109,15 +96,16 @@ def gather(provider, environ, read=read_bounded, proc_environ="/proc/1/environ")
     try:
         rows.append({"source": "container", "where": proc_environ,
                      "value": environ_value(read(proc_environ), variable), "error": None})
-    except OSError as err:
+    except (OSError, safe_read.ReadRefused) as err:
         rows.append({"source": "container", "where": proc_environ, "value": None,
-                     "error": err.strerror or str(err)})
+                     "error": getattr(err, "strerror", None) or str(err)})
     for path in spec["files"]:
         try:
             value = assignment_value(read(path).decode("utf-8", "replace"), variable)
             rows.append({"source": "file", "where": path, "value": value, "error": None})
-        except OSError as err:
-            rows.append({"source": "file", "where": path, "value": None, "error": err.strerror or str(err)})
+        except (OSError, safe_read.ReadRefused) as err:
+            rows.append({"source": "file", "where": path, "value": None,
+                         "error": getattr(err, "strerror", None) or str(err)})
     for row in rows:
         if row["value"] is not None:
             row["value"] = row["value"].strip() or None

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import box_identity as bi
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 
 
 def reader(files):
@@ -82,11 +83,11 @@ def test_reads_are_bounded_and_follow_no_symlink(tmp_path):
     assert len(bi.read_bounded(str(big), limit=100)) == 100
     link = tmp_path / "link"
     link.symlink_to(big)
-    with pytest.raises(OSError):
+    with pytest.raises(safe_read.ReadRefused, match="symlink"):
         bi.read_bounded(str(link))
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(OSError):
+    with pytest.raises(safe_read.ReadRefused, match="FIFO"):
         bi.read_bounded(str(fifo))
 
 
