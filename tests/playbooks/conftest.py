@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from pbhelpers import LOCAL_INVENTORY, REPO
+from pbhelpers import LOCAL_INVENTORY, REPO, fake_api
 
 
 @pytest.fixture
@@ -20,3 +20,19 @@ def playbook_copy(tmp_path):
 @pytest.fixture
 def local_inventory():
     return LOCAL_INVENTORY
+
+
+@pytest.fixture
+def fake_apis():
+    """start(provider, key, records) -> a started fake of that provider's API (tests/lab/providers/fake_api.py);
+    every fake started is stopped after the test."""
+    started = []
+
+    def start(provider, key, records):
+        fake = fake_api.FakeAPI(provider, key, records).start()
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.stop()

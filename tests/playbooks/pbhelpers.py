@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 
@@ -11,6 +14,35 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = pathlib.Path(sys.executable).parent
 # this machine, with the local profile
 LOCAL_INVENTORY = REPO / "inventories" / "local" / "hosts.yml"
+
+
+def _load_fake_api():
+    """tests/lab/providers/fake_api.py, the loopback fakes of the providers' APIs (a file, not a package)."""
+    spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake_api = _load_fake_api()
+
+
+def unwrap(value):
+    """ansible-inventory --list marks plugin strings unsafe ({"__ansible_unsafe": s}); the plain value."""
+    if isinstance(value, dict):
+        if set(value) == {"__ansible_unsafe"}:
+            return value["__ansible_unsafe"]
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+def safetensors_bytes(values=(1.0, 2.0, 3.0, 4.0)):
+    """A small, loadable safetensors file: one F32 tensor of ``values``."""
+    data = struct.pack("<%df" % len(values), *values)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [len(values)], "data_offsets": [0, len(data)]}}).encode()
+    return struct.pack("<Q", len(header)) + header + data
 
 
 def ansible_env(**extra):

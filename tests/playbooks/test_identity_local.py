@@ -6,33 +6,22 @@ sshd boxes whose container environment carries it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import struct
 
 import pytest
 
-from pbhelpers import REPO, run_playbook
+from pbhelpers import REPO, fake_api, run_playbook, safetensors_bytes
 
 PLAYBOOK = REPO / "playbooks" / "teardown.yml"
-_spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
 KEY = "IDENTITY-LOCAL-KEY-3c2b-never-shown"
 ENV_VAR = {"lambda": "LAMBDA_API_KEY", "runpod": "RUNPOD_API_KEY"}
-
-
-def safetensors_bytes(values=(1.0, 2.0)):
-    data = struct.pack("<%df" % len(values), *values)
-    header = json.dumps({"w": {"dtype": "F32", "shape": [len(values)], "data_offsets": [0, len(data)]}}).encode()
-    return struct.pack("<Q", len(header)) + header + data
 
 
 @pytest.fixture
 def run_root(tmp_path):
     root = tmp_path / "box" / "runs" / "exp42"
     root.mkdir(parents=True)
-    (root / "model.safetensors").write_bytes(safetensors_bytes())
+    (root / "model.safetensors").write_bytes(safetensors_bytes((1.0, 2.0)))
     return root
 
 
@@ -61,16 +50,8 @@ def verbs(fake):
 
 
 @pytest.fixture
-def serve():
-    started = []
-
-    def _serve(provider, records):
-        fake = fake_api.FakeAPI(provider, KEY, records).start()
-        started.append(fake)
-        return fake
-    yield _serve
-    for fake in started:
-        fake.stop()
+def serve(fake_apis):
+    return lambda provider, records: fake_apis(provider, KEY, records)
 
 
 def test_lambda_record_that_points_elsewhere_is_refused(local_inventory, tmp_path, run_root, serve):

@@ -3,27 +3,13 @@ with two providers' ids (issue 28). No root, no lab: the fakes serve the provide
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 
-from pbhelpers import REPO, VENV_BIN, ansible_env
+from pbhelpers import REPO, VENV_BIN, ansible_env, fake_api, unwrap
 
-_spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
 KEY = "CLASH-KEY-1a2b3c-never-shown"
 ID_VARS = ("runpod_pod_id", "vastai_instance_id", "lambda_instance_id", "autodl_instance_uuid")
-
-
-def unwrap(value):
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return value["__ansible_unsafe"]
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unwrap(v) for v in value]
-    return value
 
 
 def test_two_providers_one_name_never_merge(tmp_path):

@@ -5,46 +5,21 @@ No root and no lab: the fake serves the providers' real shapes; the addresses ar
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 
 import pytest
 
-from pbhelpers import REPO, VENV_BIN, ansible_env
-
-_spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
+from pbhelpers import REPO, VENV_BIN, ansible_env, fake_api, unwrap
 
 KEY = "TESTKEY-9f8e7d6c5b4a-never-print-me"
 ENV_VAR = {"runpod": "RUNPOD_API_KEY", "vastai": "VAST_API_KEY", "lambda": "LAMBDA_API_KEY", "autodl": "AUTODL_TOKEN"}
 PLUGIN = {"runpod": "runpod", "vastai": "vastai", "lambda": "lambda_cloud", "autodl": "autodl"}
 
 
-def unwrap(value):
-    """ansible-inventory --list marks plugin strings unsafe ({"__ansible_unsafe": s}); the plain value."""
-    if isinstance(value, dict):
-        if set(value) == {"__ansible_unsafe"}:
-            return value["__ansible_unsafe"]
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unwrap(v) for v in value]
-    return value
-
-
 @pytest.fixture
-def serve():
-    started = []
-
-    def _serve(provider, records, key=KEY):
-        fake = fake_api.FakeAPI(provider, key, records).start()
-        started.append(fake)
-        return fake
-
-    yield _serve
-    for fake in started:
-        fake.stop()
+def serve(fake_apis):
+    return lambda provider, records, key=KEY: fake_apis(provider, key, records)
 
 
 def write_config(tmp_path, provider, fake, extra="", name=None):

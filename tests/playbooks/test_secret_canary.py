@@ -27,7 +27,6 @@ file on the box, by design), teardown's receipts and the logs the collection wri
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import os
@@ -38,14 +37,10 @@ import time
 
 import pytest
 
-from pbhelpers import REPO, VENV_BIN, ansible_env, run_playbook
+from pbhelpers import REPO, VENV_BIN, ansible_env, fake_api, run_playbook
 
 sys.path.insert(0, str(REPO / "tests" / "lab" / "providers"))
 from webhook_receiver import SMTPReceiver, WebhookReceiver  # noqa: E402  pylint: disable=wrong-import-position
-
-_spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
 
 # Every canary is unique and shaped like the real secret where the real one has a shape.
 CANARY = {

@@ -7,19 +7,12 @@ verification and the gate's refusals, which are the same on every platform.
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
-from pbhelpers import REPO, run_playbook
+from pbhelpers import REPO, fake_api, run_playbook, safetensors_bytes
 
 PLAYBOOK = REPO / "playbooks" / "teardown.yml"
-
-
-def safetensors_bytes(values=(1.0, 2.0, 3.0, 4.0)):
-    data = struct.pack("<%df" % len(values), *values)
-    header = json.dumps({"w": {"dtype": "F32", "shape": [len(values)], "data_offsets": [0, len(data)]}}).encode()
-    return struct.pack("<Q", len(header)) + header + data
 
 
 @pytest.fixture
@@ -150,10 +143,6 @@ def api_meter_stop(instance_id):
 
 
 def test_api_verb_terminates_once_through_the_fake_and_records_it(local_inventory, tmp_path, run_root):
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
-    fake_api = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fake_api)
     key = "LAMBDA-TEARDOWN-KEY-5e4d-never-shown"
     # the record points at the host (Lambda gives the box no id: teardown matches the record's ip and port 22)
     record = fake_api.lambda_instance(1, "127.0.0.1")
