@@ -285,3 +285,10 @@ def torch_zip_bytes(epoch=7):
 
 def sha256(data):
     return hashlib.sha256(data).hexdigest()
+
+
+def checkpoint(arg):
+    """A distinct real safetensors file per queue argument."""
+    seed = sum(arg.encode())
+    return safetensors_bytes(collections.OrderedDict([
+        ("head.weight", ("F32", [4], struct.pack("<4f", *[seed + i / 3.0 for i in range(4)])))]))

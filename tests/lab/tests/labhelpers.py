@@ -5,6 +5,7 @@ would find whichever conftest.py pytest loaded last."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import socket
@@ -24,6 +25,17 @@ from lab_teardown_support import DEFAULT_NET  # noqa: E402
 
 # the fleet's address prefix: LAB_NET=127.0.N moves a second fleet off the default (tests/lab/README.md)
 NET = os.environ.get("LAB_NET", DEFAULT_NET)
+
+
+def _load_fake_api():
+    """tests/lab/providers/fake_api.py, the loopback fakes of the providers' APIs (a file, not a package)."""
+    spec = importlib.util.spec_from_file_location("fake_api", os.path.join(LAB, "providers", "fake_api.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fake_api = _load_fake_api()
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the lab fleet needs root (namespaces, tmpfs mounts)")
 

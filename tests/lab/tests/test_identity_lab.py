@@ -14,14 +14,13 @@ the loopback fake:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 
 import pytest
 
-from labhelpers import LAB, REPO, needs_root, started_fleet
+from labhelpers import REPO, fake_api, needs_root, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -29,10 +28,6 @@ KEY = "IDLABKEY-4e5f6a-never-in-any-output"
 RUN_ID = "identity"
 ROSTER = ["model.safetensors", "metrics.json"]
 ID_VARS = ("runpod_pod_id", "vastai_instance_id", "lambda_instance_id", "autodl_instance_uuid")
-
-_spec = importlib.util.spec_from_file_location("fake_api", os.path.join(LAB, "providers", "fake_api.py"))
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,15 @@ synced, and exactly one meter-stop per approved host (none on the third host, wh
 """
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import os
-import struct
 import subprocess
 
 import pytest
 
 from labhelpers import REPO, needs_root, started_fleet
-from lab_teardown_support import safetensors_bytes
+from lab_teardown_support import checkpoint
 from test_launch_lab import read_json, runs, wait_finished
 
 pytestmark = needs_root
@@ -41,13 +39,6 @@ def fleet(lab_free, tmp_path_factory):
     with started_fleet(tmp_path_factory.mktemp("lab")) as lab:  # the default: lab-01, lab-02 autodl; lab-03 runpod
         assert lab.groups["autodl"] == ["lab-01", "lab-02"]
         yield lab
-
-
-def checkpoint(arg):
-    """A distinct real safetensors file per queue argument."""
-    seed = sum(arg.encode())
-    return safetensors_bytes(collections.OrderedDict([
-        ("head.weight", ("F32", [4], struct.pack("<4f", *[seed + i / 3.0 for i in range(4)])))]))
 
 
 @pytest.fixture(scope="module")

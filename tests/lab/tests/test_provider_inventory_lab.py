@@ -3,22 +3,17 @@ with the provider's API played by the loopback fake and its instances pointing a
 zero times in the -vvv output and in the JSON report."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 
 import pytest
 
-from labhelpers import LAB, REPO, needs_root, run_fleet, started_fleet
+from labhelpers import REPO, fake_api, needs_root, run_fleet, started_fleet
 
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 KEY = "LABKEY-7c1d0e-never-in-any-output"
-
-_spec = importlib.util.spec_from_file_location("fake_api", os.path.join(LAB, "providers", "fake_api.py"))
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,16 @@ own), one finished and one still running.
 """
 from __future__ import annotations
 
-import collections
 import hashlib
-import importlib.util
 import json
 import os
 import re
-import struct
 import subprocess
 
 import pytest
 
-from labhelpers import LAB, REPO, SshCounter, needs_root, started_fleet
-from lab_teardown_support import safetensors_bytes
+from labhelpers import REPO, SshCounter, fake_api, needs_root, started_fleet
+from lab_teardown_support import checkpoint
 from test_launch_lab import read_json, wait_finished
 
 pytestmark = needs_root
@@ -48,22 +45,12 @@ EXP2 = ["e0 --wait", "e1 --wait"]  # launch_name exp2, launch_run_id exp2-lr3e4
 EXP2_RUN = "exp2-lr3e4"
 ITEM = {"lab-01": "000", "lab-02": "001"}
 
-_spec = importlib.util.spec_from_file_location("fake_api", os.path.join(LAB, "providers", "fake_api.py"))
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
-
 
 @pytest.fixture(scope="module")
 def fleet(lab_free, tmp_path_factory):
     with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "2", "--platform", "lab-02=runpod") as lab:
         assert [lab.hosts[h]["lab_platform"] for h in HOSTS] == ["autodl", "runpod"]
         yield lab
-
-
-def checkpoint(arg):
-    seed = sum(arg.encode())
-    return safetensors_bytes(collections.OrderedDict([
-        ("head.weight", ("F32", [4], struct.pack("<4f", *[seed + i / 3.0 for i in range(4)])))]))
 
 
 @pytest.fixture(scope="module")
