@@ -124,14 +124,6 @@ def jobs_of(result):
             if isinstance(job, dict) and job.get("exists") and isinstance(job.get("name"), str)]
 
 
-def job_of(result, name):
-    """The probe's report of job ``name`` (or None)."""
-    for job in (result or {}).get("jobs") or []:
-        if isinstance(job, dict) and job.get("name") == name:
-            return job
-    return None
-
-
 def _items(job):
     return dict((row.get("item"), row) for row in job.get("items") or [] if isinstance(row, dict))
 
