@@ -1,0 +1,78 @@
+"""The README opens with its "Quick start", whose commands are those of an installed collection, complete from install
+to teardown within the first 150 lines (issue 30).
+
+tests/lab/tests/test_installed_collection_lab.py runs these very commands (it reads them with the same
+tests/readme_quickstart.py) against an installed collection and the lab, and checks the sample outputs against what
+they print; this test checks, without the lab, that the section holds what a renter needs, in order.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import yaml
+
+from ansible_collections.remote_gpu.trainer.tests import readme_quickstart as quickstart
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+ORDER = ["remote_gpu.trainer.preflight", "remote_gpu.trainer.launch", "remote_gpu.trainer.patrol",
+         "remote_gpu.trainer.teardown"]
+
+
+def test_readme_opens_with_the_quick_start_within_150_lines():
+    text = quickstart.read()
+    headings = [line for line in text.splitlines() if re.match(r"^## ", line)]
+    assert headings and headings[0] == "## " + quickstart.TITLE, headings[:3]
+    start, lines = quickstart.section(text)
+    assert start + len(lines) <= 150, "the quick start ends at line %d" % (start + len(lines))
+    last = max(at for at, _ in quickstart.commands(text))
+    assert last <= 150
+
+
+def test_quick_start_installs_with_ansible_galaxy_from_the_collections_repository():
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    installs = [argv for _, argv in quickstart.commands(quickstart.read()) if argv[:1] == ["ansible-galaxy"]]
+    assert installs == [["ansible-galaxy", "collection", "install", "git+%s.git" % galaxy["repository"]]]
+
+
+def test_quick_start_runs_the_four_playbooks_by_fqcn_on_its_one_inventory():
+    text = quickstart.read()
+    path, fleet = quickstart.inventory(text)
+    groups = [group for group in fleet if group != "all"]
+    assert len(groups) == 1, "one profile group: %r" % groups
+    assert (ROOT / "group_vars" / ("%s.yml" % groups[0])).is_file(), "%s is not a profile" % groups[0]
+    hosts = list(fleet[groups[0]]["hosts"])
+    runs = quickstart.playbook_runs(text)
+    assert [name for name, _ in runs] == ORDER
+    for name, argv in runs:
+        assert quickstart.option(argv, "-i") == [path], argv
+        assert not any(word.startswith("playbooks/") or word.endswith(".yml") and word != path for word in argv)
+    launch = dict(runs)["remote_gpu.trainer.launch"]
+    assert "launch_src=$PWD" in quickstart.option(launch, "-e")
+    assert any(word.startswith("launch_command=") for word in quickstart.option(launch, "-e"))
+    teardown = dict(runs)["remote_gpu.trainer.teardown"]
+    assert quickstart.option(teardown, "-e") == ["teardown_approve=%s" % ",".join(hosts)]
+
+
+def test_launch_runs_from_the_project_directory_where_the_others_run_too():
+    """The one ``cd`` comes before the first playbook: reports/ and pulls/ land in the project directory, and
+    launch's default push leaves them home (roles/launch/defaults: launch_rsync_exclude)."""
+    commands = [argv for _, argv in quickstart.commands(quickstart.read())]
+    cds = [i for i, argv in enumerate(commands) if argv[0] == "cd"]
+    first = min(i for i, argv in enumerate(commands) if argv[0] == "ansible-playbook")
+    assert len(cds) == 1 and cds[0] < first
+    defaults = yaml.safe_load((ROOT / "roles" / "launch" / "defaults" / "main.yml").read_text())
+    assert {"/pulls/", "/reports/"} <= set(defaults["launch_rsync_exclude"])
+
+
+def test_quick_start_shows_sample_outputs_the_lab_test_compares():
+    samples = quickstart.outputs(quickstart.read())
+    assert any("VERDICT" in line for sample in samples for line in sample)  # preflight's table
+    assert any(" DONE items " in line for sample in samples for line in sample)  # patrol's line
+
+
+def test_commands_are_parsed_as_the_shell_splits_them():
+    text = "\n".join(["# t", "## Quick start", "```bash", "cd ~/p && ansible-playbook -i f.yml x \\",
+                      "  -e 'a=\"b c\"'  # note", "```", "## Next", "```bash", "not this", "```"])
+    assert quickstart.commands(text) == [(4, ["cd", "~/p"]), (4, ["ansible-playbook", "-i", "f.yml", "x", "-e",
+                                                                   'a="b c"'])]
