@@ -5,9 +5,12 @@ SHELL := /bin/bash
 .PHONY: help setup demo test lint sanity unit lab molecule bench build clean
 
 help:
-	@echo "make demo   set up, start the lab fleet, run preflight over it, print the fleet table, stop the lab"
+	@echo "make demo   set up, start the lab fleet, run preflight over it, print the fleet table and the commands to try next, stop the lab"
+	@echo "           (make demo DEMO_KEEP_LAB=1 leaves the lab up for them)"
 	@echo "make test   set up, then lint, sanity, unit, playbook, lab and molecule tests (what CI runs)"
-	@echo "make setup | lint | sanity | unit | lab | molecule | bench | build | clean"
+	@echo "make unit   the unit and hostile-input tests (no Ansible run, no lab)"
+	@echo "make lab    the playbook and lab tests (real ansible-playbook runs; the lab fleet needs root)"
+	@echo "make setup | lint | sanity | molecule | bench | build | clean"
 
 setup:
 	@bash scripts/setup.sh
@@ -25,7 +28,10 @@ sanity: setup
 	@bash scripts/test.sh sanity
 
 unit: setup
-	@bash scripts/test.sh pytest
+	@bash scripts/test.sh unit
+
+lab: setup
+	@bash scripts/test.sh lab lab2
 
 molecule: setup
 	@bash scripts/test.sh molecule

@@ -33,21 +33,51 @@ print(row["verdict"], row["top_finding"].split(":")[0])' "$report" 2>/dev/null |
 if [[ $(id -u) -ne 0 || ! -x tests/lab/fleet ]]; then
   echo "demo: the lab fleet needs root; running preflight on localhost through the GPU emulator instead"
   echo "demo: (torch cannot see an emulated GPU, so the torch probe is left out, as in the lab)"
+  echo "demo: the second box is meant to FAIL: preflight prints its finding and exits 2, as it would for a real one"
   ok=0
   emulated_preflight h100-idle 'PASS|WARN' 0 || ok=1
   emulated_preflight 8xh100-hwslowdown FAIL 2 throttle_active || ok=1
   if [[ $ok -eq 0 ]]; then
     echo "demo: preflight passed the healthy box and named the throttled one with its evidence (tables above)"
+    echo "demo: as root, 'make demo' starts the lab fleet and prints the commands to try on its boxes"
   fi
   exit "$ok"
 fi
 
+# DEMO_KEEP_LAB=1 (make demo DEMO_KEEP_LAB=1) leaves the lab fleet up at the end, to try the commands printed there.
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  echo "demo: stopping the lab fleet"
-  tests/lab/fleet down || true
+  if [[ ${DEMO_KEEP_LAB:-0} == 1 && $rc -eq 0 ]]; then
+    echo "demo: the lab fleet is still up (DEMO_KEEP_LAB=1); 'tests/lab/fleet down' stops it"
+  else
+    echo "demo: stopping the lab fleet"
+    tests/lab/fleet down || true
+  fi
+  next_steps "$rc"
   exit "$rc"
+}
+
+# What to try next, as exact commands: the quick start's playbooks by FQCN on the lab's boxes, from the checkout
+# (whose ansible.cfg finds the collection in .collections).
+next_steps() {
+  [[ $1 -eq 0 && -n ${inventory:-} ]] || return 0
+  local inv=${inventory#"$PWD"/} up=""
+  if [[ ${DEMO_KEEP_LAB:-0} != 1 ]]; then
+    up="  tests/lab/fleet up $(printf '%q ' "${up_args[@]}")  # the same lab fleet again"$'\n'
+  fi
+  cat <<NEXT
+
+demo: try the playbooks yourself on the lab's boxes (from this directory; the quick start in README.md runs the
+demo: same commands on your own fleet, with the collection installed):
+  . .venv/bin/activate
+${up}  ansible-playbook -i $inv remote_gpu.trainer.preflight -l lab-01
+  ansible-playbook -i $inv remote_gpu.trainer.launch -l lab-01 -e launch_src=\$PWD/examples/quickstart \\
+    -e 'launch_command="python train.py --config"' -e '{"launch_queue": ["configs/a.yaml", "configs/b.yaml"]}'
+  ansible-playbook -i $inv remote_gpu.trainer.patrol -l lab-01      # the job's progress; again until DONE
+  ansible-playbook -i $inv remote_gpu.trainer.teardown -l lab-01 -e teardown_approve=lab-01   # refuses while it runs
+  tests/lab/fleet down
+NEXT
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -57,6 +87,7 @@ trap 'exit 130' INT TERM
 if [[ $# -eq 0 ]]; then
   set -- --size 4 --variant lab-02=autodl-image --scenario lab-04=8xh100-hwslowdown
 fi
+up_args=("$@")
 up_log=$(mktemp)
 if ! tests/lab/fleet up "$@" | tee "$up_log"; then
   echo "demo: the lab fleet did not come up (see above)" >&2
@@ -67,6 +98,8 @@ rm -f "$up_log"
 echo "demo: lab inventory at $inventory"
 
 rm -f reports/preflight.json
+echo "demo: preflight over the lab fleet. lab-04's H100s are throttled (a real capture): that box is meant to FAIL,"
+echo "demo: with an [ERROR]/fatal block for it below and exit 2; the demo then checks that only unfit boxes failed."
 rc=0
 ansible-playbook -i "$inventory" playbooks/preflight.yml \
   -e preflight_report_path="$PWD/reports/preflight.json" || rc=$?

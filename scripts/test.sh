@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (every pytest test), units, lab, lab2, timer, molecule (every scenario),
+# Stages: lint, sanity, changelog, pytest (every pytest test), unit, units, lab, lab2, timer, molecule (every scenario),
 # molecule_lane, molecule_checks. Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, four lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
 # and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; four lanes keep both cores
@@ -74,6 +74,12 @@ LAB2_TESTS=(tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_noti
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
   pytest_stage tests/unit tests/hostile tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+}
+
+# `make unit`: the unit and hostile-input tests alone (no ansible-playbook run, no lab fleet).
+run_unit() {
+  stage "pytest (unit, hostile inputs)"
+  pytest_stage tests/unit tests/hostile
 }
 
 run_units() {
