@@ -1,5 +1,5 @@
-"""Every finding code the collection emits is in the README's one table ("Finding codes"), with the levels it is
-emitted at, and every code in that table is emitted somewhere.
+"""Every finding code the collection emits is in the one table of docs/finding-codes.md ("Finding codes"), linked from
+the README, with the levels it is emitted at, and every code in that table is emitted somewhere.
 
 The codes are read from the source with ``ast`` (never a grep): every call to ``findings.finding()`` and to the
 functions that pass their own parameter on as its code (``gpu_findings.make_finding``, found by the same walk), by
@@ -21,7 +21,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 PLUGINS = ROOT / "plugins"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "finding-codes.md"
+# Where no other table may list finding codes: the README and every page of docs/.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SECTION = "Finding codes"
 LEVELS = ("INFO", "WARN", "FAIL")
 # The one builder every finding goes through: its name and where its (level, code) arguments are: (position, keyword).
@@ -336,7 +338,7 @@ def cells(line):
 def readme_table(text):
     """{code: (level cell, from cell)} of the table in the section "Finding codes"; duplicates raise."""
     lines = section(text, SECTION)
-    assert lines is not None, "README.md has no section %r" % SECTION
+    assert lines is not None, "docs/finding-codes.md has no section %r" % SECTION
     rows = [line for line in lines if line.startswith("|")]
     assert rows and cells(rows[0])[:3] == ["code", "level", "from"], \
         "the table in %r must have the columns code, level, from, ...: %r" % (SECTION, rows[:1])
@@ -402,8 +404,9 @@ def test_every_row_names_where_the_code_comes_from(table):
 
 def test_no_other_readme_table_lists_finding_codes(emitted, readme):
     inside = set(section(readme, SECTION))
-    elsewhere = [line for line in readme.splitlines()
-                 if line not in inside and ROW.match(line) and ROW.match(line).group(1) in emitted]
+    elsewhere = ["%s: %s" % (page.relative_to(ROOT), line) for page in PAGES
+                 for line in page.read_text(encoding="utf-8").splitlines()
+                 if not (page == README and line in inside) and ROW.match(line) and ROW.match(line).group(1) in emitted]
     assert not elsewhere, "finding codes in a README table outside %r (one table only):\n%s" % (
         SECTION, "\n".join(elsewhere))
 
