@@ -75,10 +75,15 @@ def commands(text):
     return found
 
 
+def argvs(text):
+    """The argv of each command of the quick start, in order (``commands`` without the line numbers)."""
+    return [entry[1] for entry in commands(text)]
+
+
 def playbook_runs(text):
     """[(playbook FQCN, argv)] of the quick start's ``ansible-playbook`` commands, in order."""
     runs = []
-    for _, argv in commands(text):
+    for argv in argvs(text):
         if argv and argv[0] == "ansible-playbook":
             names = [word for word in argv[1:] if word.startswith("remote_gpu.trainer.")]
             assert len(names) == 1, "one collection playbook per command: %r" % argv
@@ -95,9 +100,9 @@ def inventory(text):
     """(path as written, parsed YAML) of the quick start's inventory block (a ``yaml`` block whose first line is a
     ``# <path>`` comment)."""
     import yaml
-    _, lines = section(text)
+    lines = section(text)[1]
     assert lines is not None, "README.md has no section %r" % TITLE
-    for language, _, body in blocks(lines):
+    for language, _first, body in blocks(lines):
         if language == "yaml" and body and body[0].startswith("# "):
             return body[0][2:].strip(), yaml.safe_load("\n".join(body))
     raise AssertionError("the quick start has no inventory block (```yaml starting with '# <path>')")
@@ -105,9 +110,9 @@ def inventory(text):
 
 def outputs(text):
     """[[lines]] of the quick start's output samples: the fenced blocks with no language."""
-    _, lines = section(text)
+    lines = section(text)[1]
     assert lines is not None, "README.md has no section %r" % TITLE
-    return [body for language, _, body in blocks(lines) if not language]
+    return [body for language, _first, body in blocks(lines) if not language]
 
 
 def masked(line):

@@ -126,7 +126,7 @@ class Renter:
 
     def install(self, source):
         """The quick start's ``ansible-galaxy collection install`` with ``source`` for the README's repository."""
-        (argv,) = [argv for _, argv in quickstart.commands(quickstart.read()) if argv[:3] == [
+        (argv,) = [argv for argv in quickstart.argvs(quickstart.read()) if argv[:3] == [
             "ansible-galaxy", "collection", "install"]]
         assert argv[3].startswith("git+https://") and len(argv) == 4, argv
         proc = self.run(argv[:3] + [source])
@@ -153,7 +153,7 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
     open(fleet.hosts["lab-01"]["lab_meter_log"], "w", encoding="utf-8").close()
 
     runs = {}
-    for _, argv in quickstart.commands(text):
+    for argv in quickstart.argvs(text):
         if argv[0] == "cd":
             renter.run(argv)
             os.makedirs(renter.cwd, exist_ok=True)
@@ -179,7 +179,7 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
     assert outside_checkout(project) != renter.home
 
     # what the quick start shows is what the renter sees (digits aside: disk percentages, minutes)
-    seen = {quickstart.masked(line) for _, proc in runs.values() for line in proc.stdout.splitlines()}
+    seen = {quickstart.masked(line) for run in runs.values() for line in run[1].stdout.splitlines()}
     for sample in quickstart.outputs(text):
         assert [line for line in sample if quickstart.masked(line) not in seen] == [], sample
 
@@ -217,7 +217,7 @@ def test_installed_from_the_git_repository_runs_preflight_by_fqcn(fleet, tmp_pat
     renter.home.mkdir()
     renter.install("git+file://%s,%s" % (REPO, head.stdout.strip()))
     text = quickstart.read()
-    _, host = renter.describe_fleet(text)
+    host = renter.describe_fleet(text)[1]
     (preflight,) = [argv for name, argv in quickstart.playbook_runs(text) if name == "remote_gpu.trainer.preflight"]
     proc = renter.run(preflight)
     assert proc.returncode == 0, shown(proc)

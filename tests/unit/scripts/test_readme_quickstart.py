@@ -25,13 +25,13 @@ def test_readme_opens_with_the_quick_start_within_150_lines():
     assert headings and headings[0] == "## " + quickstart.TITLE, headings[:3]
     start, lines = quickstart.section(text)
     assert start + len(lines) <= 150, "the quick start ends at line %d" % (start + len(lines))
-    last = max(at for at, _ in quickstart.commands(text))
+    last = max(entry[0] for entry in quickstart.commands(text))
     assert last <= 150
 
 
 def test_quick_start_installs_with_ansible_galaxy_from_the_collections_repository():
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
-    installs = [argv for _, argv in quickstart.commands(quickstart.read()) if argv[:1] == ["ansible-galaxy"]]
+    installs = [argv for argv in quickstart.argvs(quickstart.read()) if argv[:1] == ["ansible-galaxy"]]
     assert installs == [["ansible-galaxy", "collection", "install", "git+%s.git" % galaxy["repository"]]]
 
 
@@ -43,7 +43,7 @@ def test_quick_start_runs_the_four_playbooks_by_fqcn_on_its_one_inventory():
     assert (ROOT / "group_vars" / ("%s.yml" % groups[0])).is_file(), "%s is not a profile" % groups[0]
     hosts = list(fleet[groups[0]]["hosts"])
     runs = quickstart.playbook_runs(text)
-    assert [name for name, _ in runs] == ORDER
+    assert [run[0] for run in runs] == ORDER
     for name, argv in runs:
         assert quickstart.option(argv, "-i") == [path], argv
         assert not any(word.startswith("playbooks/") or word.endswith(".yml") and word != path for word in argv)
@@ -57,7 +57,7 @@ def test_quick_start_runs_the_four_playbooks_by_fqcn_on_its_one_inventory():
 def test_launch_runs_from_the_project_directory_where_the_others_run_too():
     """The one ``cd`` comes before the first playbook: reports/ and pulls/ land in the project directory, and
     launch's default push leaves them home (roles/launch/defaults: launch_rsync_exclude)."""
-    commands = [argv for _, argv in quickstart.commands(quickstart.read())]
+    commands = quickstart.argvs(quickstart.read())
     cds = [i for i, argv in enumerate(commands) if argv[0] == "cd"]
     first = min(i for i, argv in enumerate(commands) if argv[0] == "ansible-playbook")
     assert len(cds) == 1 and cds[0] < first
@@ -74,5 +74,5 @@ def test_quick_start_shows_sample_outputs_the_lab_test_compares():
 def test_commands_are_parsed_as_the_shell_splits_them():
     text = "\n".join(["# t", "## Quick start", "```bash", "cd ~/p && ansible-playbook -i f.yml x \\",
                       "  -e 'a=\"b c\"'  # note", "```", "## Next", "```bash", "not this", "```"])
-    assert quickstart.commands(text) == [(4, ["cd", "~/p"]), (4, ["ansible-playbook", "-i", "f.yml", "x", "-e",
-                                                                   'a="b c"'])]
+    expected = [(4, ["cd", "~/p"]), (4, ["ansible-playbook", "-i", "f.yml", "x", "-e", 'a="b c"'])]
+    assert quickstart.commands(text) == expected
