@@ -3,10 +3,12 @@
 ansible-runner's Python API (``ansible_runner.run``) with its private data directory laid out as AWX lays it out:
 ``project/`` holds the job templates' playbooks (each one ``import_playbook`` of the collection's playbook by FQCN),
 ``inventory/hosts.yml`` the fleet, ``env/envvars`` and ``env/extravars`` the settings, ``artifacts/<ident>/`` what
-runner records. The collection is installed as an execution environment's build installs it: ``ansible-galaxy
-collection install -p`` of the built tarball into a collections directory, here the private data directory's
-``collections/``, which ``ANSIBLE_COLLECTIONS_PATH`` in ``env/envvars`` names; no ``ansible.cfg``, nothing from the
-checkout. The events (``playbook_on_start``, a ``runner_on_ok`` per task and host, ``playbook_on_stats``) and the
+runner records. The collection is installed as the execution environment's build installs it (ansible-builder's
+galaxy stage): the built tarball where ``execution-environment.yml`` expects it (``build/``, in a build directory
+that stands for the image's ``/build``), the ``dependencies.galaxy`` of that file as ``requirements.yml``, and
+``ansible-galaxy collection install -r requirements.yml --collections-path`` run there, into the private data
+directory's ``collections/`` (the image's ``/usr/share/ansible/collections``), which ``ANSIBLE_COLLECTIONS_PATH``
+in ``env/envvars`` names; no ``ansible.cfg``, nothing from the checkout. The events (``playbook_on_start``, a ``runner_on_ok`` per task and host, ``playbook_on_stats``) and the
 artifacts (``rc``, ``status``, ``stdout``, ``command``, ``job_events/``) are checked, and patrol's report, written
 where the job template says.
 """
@@ -39,7 +41,7 @@ def fleet(lab_free, tmp_path_factory):
 
 @pytest.fixture
 def private_data_dir(fleet, tmp_path, monkeypatch):
-    """AWX's layout, with the collection installed from its tarball into ``collections/``; the test process's
+    """AWX's layout, with the collection installed into ``collections/`` as the EE's build does; the test process's
     environment (which runner passes on to ansible-playbook) holds no ANSIBLE_* setting and a home of its own."""
     for key in [key for key in os.environ if key.startswith("ANSIBLE_")]:
         monkeypatch.delenv(key)
@@ -50,13 +52,19 @@ def private_data_dir(fleet, tmp_path, monkeypatch):
     pdd = tmp_path / "pdd"
     for sub in ("project", "inventory", "env", "collections"):
         (pdd / sub).mkdir(parents=True)
+    # ansible-builder's galaxy stage: COPY _build /build; WORKDIR /build; ansible-galaxy collection install -r
+    # requirements.yml --collections-path /usr/share/ansible/collections
+    stage = tmp_path / "ee-build"
+    (stage / "build").mkdir(parents=True)
     build = subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path",
-                            str(tmp_path), REPO], capture_output=True, text=True, check=False, cwd=str(tmp_path))
+                            str(stage / "build"), REPO], capture_output=True, text=True, check=False, cwd=str(tmp_path))
     assert build.returncode == 0, build.stdout + build.stderr
-    (tarball,) = tmp_path.glob("remote_gpu-trainer-*.tar.gz")
-    install = subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "-p",
-                              str(pdd / "collections"), str(tarball)], capture_output=True, text=True, check=False,
-                             cwd=str(tmp_path))
+    with open(os.path.join(REPO, "execution-environment.yml"), encoding="utf-8") as fh:
+        galaxy = yaml.safe_load(fh)["dependencies"]["galaxy"]
+    (stage / "requirements.yml").write_text(yaml.safe_dump(galaxy))
+    install = subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "-r",
+                              "requirements.yml", "--collections-path", str(pdd / "collections")],
+                             capture_output=True, text=True, check=False, cwd=str(stage))
     assert install.returncode == 0, install.stdout + install.stderr
     for name in ("launch", "patrol"):
         (pdd / "project" / ("%s.yml" % name)).write_text(
