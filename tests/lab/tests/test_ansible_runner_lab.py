@@ -8,9 +8,9 @@ galaxy stage): the built tarball where ``execution-environment.yml`` expects it 
 that stands for the image's ``/build``), the ``dependencies.galaxy`` of that file as ``requirements.yml``, and
 ``ansible-galaxy collection install -r requirements.yml --collections-path`` run there, into the private data
 directory's ``collections/`` (the image's ``/usr/share/ansible/collections``), which ``ANSIBLE_COLLECTIONS_PATH``
-in ``env/envvars`` names; no ``ansible.cfg``, nothing from the checkout. The events (``playbook_on_start``, a ``runner_on_ok`` per task and host, ``playbook_on_stats``) and the
-artifacts (``rc``, ``status``, ``stdout``, ``command``, ``job_events/``) are checked, and patrol's report, written
-where the job template says.
+in ``env/envvars`` names; no ``ansible.cfg``, nothing from the checkout. The events (``playbook_on_start``, a
+``runner_on_ok`` per task and host, ``playbook_on_stats``) and the artifacts (``rc``, ``status``, ``stdout``,
+``command``, ``job_events/``) are checked, and patrol's report, written where the job template says.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ ansible_runner = pytest.importorskip(
 
 pytestmark = needs_root
 VENV_BIN = os.path.dirname(sys.executable)
-TRAIN_SH = "#!/usr/bin/env bash\nfor e in 1 2 3; do echo \"epoch $e/3 $1\"; done\necho \"$1\" > \"$TRAINER_OUTPUT_DIR/best.txt\"\n"
+TRAIN_SH = ("#!/usr/bin/env bash\nfor e in 1 2 3; do echo \"epoch $e/3 $1\"; done\n"
+            "echo \"$1\" > \"$TRAINER_OUTPUT_DIR/best.txt\"\n")
 
 
 @pytest.fixture(scope="module")
