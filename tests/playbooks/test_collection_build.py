@@ -99,3 +99,23 @@ def test_build_install_and_ansible_doc(tmp_path):
     role_doc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "role", "remote_gpu.trainer.profile"],
                               capture_output=True, text=True, check=False, env=env, cwd=tmp_path)
     assert role_doc.returncode == 0 and "trainer_data_dir" in role_doc.stdout
+
+
+def test_execution_environment_installs_the_built_tarball(tmp_path):
+    """ansible-builder's galaxy stage, as its Containerfile runs it (``COPY _build /build``, ``WORKDIR /build``,
+    ``ansible-galaxy collection install -r requirements.yml``): execution-environment.yml's galaxy requirements name
+    the tarball that ``make build`` writes to build/, with galaxy.yml's current version."""
+    import yaml
+    stage = tmp_path / "build-stage"
+    (stage / "build").mkdir(parents=True)
+    galaxy_build(REPO, stage / "build")
+    ee = yaml.safe_load((REPO / "execution-environment.yml").read_text())
+    (stage / "requirements.yml").write_text(yaml.safe_dump(ee["dependencies"]["galaxy"]))
+    collections = tmp_path / "usr-share-ansible-collections"
+    env = ansible_env(ANSIBLE_CONFIG=str(tmp_path / "none.cfg"))
+    (tmp_path / "none.cfg").write_text("[defaults]\n")
+    install = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "install", "-r", "requirements.yml",
+                              "--collections-path", str(collections)], capture_output=True, text=True, check=False,
+                             env=env, cwd=str(stage))
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert (collections / "ansible_collections" / "remote_gpu" / "trainer" / "playbooks" / "patrol.yml").is_file()
