@@ -571,7 +571,7 @@ class FakeAPI:
             return ok(record["status"])
         if verb in ("power_off", "power_on", "release") and method == "POST":
             if verb == "release":
-                if record["status"] != "shutdown":
+                if record["status"] not in ("shutdown", "stopped"):  # powered off
                     return err("InstanceNotShutdown", "实例未关机, 请先关机再释放")
                 self.records.remove(record)
                 record["status"] = "released"
