@@ -350,6 +350,12 @@ class FakeAPI:
                                  "(tests/fixtures/openapi):\n%s" % (self.provider, len(self.violations),
                                                                     "\n".join(self.violations[:20])))
 
+    def off_spec(self, reason):
+        """Serve without checking against the document, for a test that breaks it on purpose (``reason`` says how:
+        a garbled body, a malformed record)."""
+        self.check = None
+        self.off_spec_reason = reason
+
     def validate(self, method, path, status, answer, data):
         """Hold one served answer to the document (OpenAPICheck); a problem is kept in ``violations``."""
         if self.check is None:
