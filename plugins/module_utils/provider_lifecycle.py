@@ -40,6 +40,7 @@ def runpod_v2_url(api_url):
         return RUNPOD_V2_URL
     return api_url[:-3] if api_url.endswith("/v1") else api_url
 
+
 PROVIDERS = {
     "runpod": {"env_var": "RUNPOD_API_KEY", "url": "https://rest.runpod.io/v1", "auth_scheme": "Bearer"},
     "vastai": {"env_var": "VAST_API_KEY", "url": "https://console.vast.ai", "auth_scheme": "Bearer"},
@@ -234,9 +235,8 @@ class Lifecycle:
     def act(self, request):
         client = self.v2_client if request.get("api") == "v2" else self.client
         if client is None:
-            raise ProviderAPIError("%s: %s needs RunPod's API v2, and no v2 URL is known." % (self.provider,
-                                                                                               request["name"]),
-                                   kind="unsupported")
+            raise ProviderAPIError("%s: %s needs RunPod's API v2, and no v2 URL is known."
+                                   % (self.provider, request["name"]), kind="unsupported")
         answer = client.request_json(request["method"], request["path"], body=request["body"])
         if self.provider == "autodl":
             autodl_data(answer, "%s %s" % (request["method"], request["path"]))

@@ -328,8 +328,8 @@ def run(module, result):
         what = (life.state or {}).get("message") or ""
         if not reached and current in STUCK and current != before:
             module.fail_json(msg="%s: called %s on %s, and the provider now reports %s (%s), which does not change "
-                                 "by itself, so the module stopped waiting. %s" % (provider, request["name"], pid,
-                                                                                  current, raw, what),
+                                 "by itself, so the module stopped waiting. %s"
+                                 % (provider, request["name"], pid, current, raw, what),
                              error_kind="instance_%s" % current, **result)
         if not reached:
             module.fail_json(msg="%s: called %s on %s, but after %d s the provider still reports %s (%s), not %s.%s"

@@ -95,8 +95,8 @@ def test_observed_state_of_a_garbled_record_is_a_clear_error():
     ("lambda", "unhealthy", "unhealthy", "restarted", "restart"),
     ("lambda", "preempted", "preempted", "absent", "terminate"),
 ])
-def test_a_state_that_does_not_change_by_itself_acts_at_once_where_the_provider_can(provider, raw, current, state,
-                                                                                     verb):
+def test_a_state_that_does_not_change_by_itself_acts_at_once_where_the_provider_can(
+        provider, raw, current, state, verb):
     assert pl.plan(provider, state, current, "i1", {"raw": raw, "message": "m"})["name"] == verb
 
 
