@@ -87,8 +87,9 @@ notes:
     C(provider_status)), C(provider_state_message) (what a state that needs a person means),
     C(trainer_price_per_hour) (for the idle billing check), the id under the name that the profile's teardown verb
     reads (C(runpod_pod_id), C(vastai_instance_id), C(lambda_instance_id), C(autodl_instance_uuid)),
-    C(provider_api_url) (the O(api_url) the host came from, which teardown's M(remote_gpu.trainer.instance) uses too), plus a curated copy of the provider's record under the
-    provider's name (environment variables, passwords and tokens are left out).
+    C(provider_api_url) (the O(api_url) the host came from, which teardown's M(remote_gpu.trainer.instance) uses too),
+    plus a curated copy of the provider's record under the provider's name (environment variables, passwords and
+    tokens are left out).
 """
 
     PAGED = r"""

@@ -113,7 +113,8 @@ def test_vastai_direct_mapping_present_but_empty_is_not_an_address():
 def test_vastai_loading_and_stopped():
     assert ph.vastai_host(fake.vastai_instance(4, "h", 1, status="loading"))["state"] == "starting"
     # a stop that the container shows as exited is a stop; exited while it should run is a crash (unhealthy)
-    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited"))["state"] == "stopped"
+    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited", intended="stopped"))["state"] == "stopped"
+    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited"))["state"] == "unhealthy"
     inst = fake.vastai_instance(6, "h", 1)
     inst["intended_status"] = "stopped"  # asked to stop, still running: on its way down
     assert ph.vastai_host(inst)["state"] == "stopping"
