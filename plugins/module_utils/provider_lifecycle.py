@@ -22,7 +22,8 @@ import urllib.parse
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
     ProviderAPIError, ProviderHTTP, autodl_data)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_state import provider_state
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_state import (
+    allowed_actions, provider_state)
 
 STATES = ("running", "stopped", "absent", "restarted")
 
@@ -133,7 +134,7 @@ def observed(provider, record):
     if provider != "autodl" and not isinstance(record, dict):
         raise ProviderAPIError("%s: the instance's record is %s, not an object." % (provider, type(record).__name__),
                                kind="malformed")
-    read = provider_state(provider, record)
+    read = dict(provider_state(provider, record), actions=allowed_actions(provider, record))
     state = {"running": "running", "unreachable_direct": "running", "stopped": "stopped", "terminated": "absent",
              "starting": "transition", "stopping": "transition"}.get(read["state"], read["state"])
     return state, read["raw"], read
@@ -146,7 +147,9 @@ def plan(provider, state, current, pid, read=None):
     message when it cannot be done: a verb the provider does not have, an instance that does not exist, an AutoDL
     Pro instance that is not powered off before its release, or a state that will not change by itself (preempted,
     unhealthy, unknown) from which the provider cannot carry out the verb: then the message says what the state
-    means and what to do (``read``: provider_state's answer), at once, without waiting. ``restarted`` always acts."""
+    means and what to do (``read``: provider_state's answer), at once, without waiting; or a verb that is not among
+    the actions the provider lists as valid for the instance now (``read["actions"]``, RunPod v2 and Lambda).
+    ``restarted`` always acts."""
     if state == current and state != "restarted":
         return None
     if current == "absent":
@@ -161,6 +164,13 @@ def plan(provider, state, current, pid, read=None):
             raise ProviderAPIError("%s It does not change by itself, so nothing waits for it; no verb was called "
                                    "to make it %s." % (meaning, state), kind="instance_%s" % current)
     request = verb_request(provider, state, pid)
+    allowed = (read or {}).get("actions")
+    if allowed is not None and request["name"] not in allowed:
+        raise ProviderAPIError("%s: instance %s is %s, and the provider lists %s as its valid actions now; %s is not "
+                               "among them, so it was not called.%s" % (
+                                   provider, pid, current, ", ".join(sorted(allowed)) or "no action", request["name"],
+                                   (" " + read["message"]) if (read or {}).get("message") else ""),
+                               kind="action_not_available")
     if provider == "autodl" and state == "absent" and current != "stopped":
         raise ProviderAPIError("autodl: AutoDL Pro releases only a powered-off instance, and %s is %s. Power it off "
                                "first (state=stopped), then release it (state=absent); this module never powers off "

@@ -271,3 +271,20 @@ def lambda_durable_dir(instance):
             if isinstance(point, str) and point.startswith("/") and ".." not in point.split("/"):
                 return point.rstrip("/") or "/"
     return "/lambda/nfs/%s" % name if name else None
+
+
+def allowed_actions(provider, record):
+    """The actions the provider itself lists as valid for the instance now, where it publishes them (RunPod API v2
+    ``actions``: start, stop, restart, terminate; Lambda's ``actions``: each ``{"available": bool}``), as a set of
+    names; None where the record lists none."""
+    if not isinstance(record, dict):
+        return None
+    if provider == "runpod":
+        observed = record.get("observed") if isinstance(record.get("observed"), dict) else {}
+        actions = observed.get("actions")
+        if isinstance(actions, list):
+            return {str(action) for action in actions}
+    if provider == "lambda" and isinstance(record.get("actions"), dict):
+        return {name for name, value in record["actions"].items()
+                if isinstance(value, dict) and value.get("available") is True}
+    return None

@@ -30,7 +30,9 @@ description:
     the market stopped) is never waited out: the verb is called at once where the provider carries it out from
     there (for example a stop of a frozen vast.ai instance), else the module fails at once (C(error_kind)
     C(instance_unhealthy), C(instance_preempted) or C(instance_unknown)) with what the state means and what to do."
-  - A verb that the provider does not have fails with a clear message and calls nothing. Lambda has no stop and no
+  - A verb that the provider does not have fails with a clear message and calls nothing; so does one that is not
+    among the actions the provider lists as valid for the instance now, where it lists them (RunPod API v2
+    C(actions), Lambda C(actions)) - C(error_kind) C(action_not_available). Lambda has no stop and no
     start (only terminate). AutoDL Pro releases only a powered-off instance; the module never powers off implicitly
     before a release, so O(state=absent) on a running AutoDL instance fails and asks for O(state=stopped) first.
   - Run it on the controller (C(delegate_to localhost)); it needs no access to the instance itself.
@@ -251,7 +253,7 @@ error_kind:
   description:
     - A stable code when the module failed, among them C(identity_mismatch), C(address_mismatch), C(instance_not_found),
       C(instance_gone), C(identity_unreadable), C(nothing_to_verify), C(instance_unhealthy), C(instance_preempted),
-      C(instance_unknown), C(not_reached) (the wait ended without the wanted state), and the API's own (C(auth),
+      C(instance_unknown), C(action_not_available), C(not_reached) (the wait ended without the wanted state), and the API's own (C(auth),
       C(http), C(absent), C(unsupported), ...).
   type: str
   returned: on failure

@@ -120,3 +120,17 @@ def test_restarted_always_acts_and_autodl_has_no_restart():
     assert pl.plan("runpod", "restarted", "running", "p1")["api"] == "v2"
     with pytest.raises(ProviderAPIError, match="no restart"):
         pl.plan("autodl", "restarted", "running", "pro-1")
+
+
+def test_a_verb_the_provider_does_not_list_as_valid_now_is_not_called():
+    read = {"raw": "EXITED", "message": None, "actions": {"start", "terminate"}}
+    with pytest.raises(ProviderAPIError, match="lists start, terminate as its valid actions now; restart is not") as err:
+        pl.plan("runpod", "restarted", "stopped", "p1", read)
+    assert err.value.kind == "action_not_available"
+    assert pl.plan("runpod", "running", "stopped", "p1", read)["name"] == "start"
+    lam = {"status": "active", "ip": "198.51.100.1", "actions": {"restart": {"available": False},
+                                                                  "terminate": {"available": True}}}
+    state, _raw, answer = pl.observed("lambda", lam)
+    with pytest.raises(ProviderAPIError, match="restart is not among them"):
+        pl.plan("lambda", "restarted", state, "l1", answer)
+    assert pl.plan("lambda", "absent", state, "l1", answer)["name"] == "terminate"

@@ -280,10 +280,17 @@ def test_runpod_delete_is_204_and_the_pod_is_then_absent(module_runner, serve):
 
 
 def test_runpod_state_comes_from_the_observed_v2_status(module_runner, serve):
-    fake = serve_odd(serve, "runpod", "crashed")  # desired RUNNING, observed EXITED
+    fake = serve_odd(serve, "runpod", "error")  # desired RUNNING, observed ERROR
     failed, result = module_runner(instance, args(fake, "stopped"))
     assert not failed and result["previous"] == "unhealthy" and result["current"] == "stopped", result
     assert any(r["path"] == "/v2/pods/fakepod0001" for r in fake.api_requests())
+
+
+def test_runpod_verb_not_in_the_pods_own_actions_is_refused_at_once(module_runner, serve):
+    fake = serve_odd(serve, "runpod", "crashed")  # observed EXITED: RunPod lists start and terminate only
+    failed, result = module_runner(instance, args(fake, "stopped", timeout=600))
+    assert failed and result["error_kind"] == "action_not_available", result
+    assert "start, terminate" in result["msg"] and verbs(fake) == []
 
 
 def test_lambda_terminate_waits_through_terminating(module_runner, serve):
