@@ -55,9 +55,11 @@ options:
     default: false
   include_states:
     description:
-      - Also list the instances in these states, each in the group named like its state, with no address and never
-        in the provider's group. By default only C(running) instances are listed, so that a play over C(all) or the
-        provider's group touches only boxes it can reach.
+      - Also list the instances in these states, with no address, in the provider's group (so that its profile's
+        C(group_vars) apply) and the group named like their state, never in the group C(running). By default only
+        C(running) instances are listed, so that a play over C(all) or the provider's group touches only boxes it
+        can reach; with this option, target C(running) to skip the others. The autopilot reports a box listed with
+        C(preempted) as preempted, not as unreachable.
       - Every instance, listed or not, has its state read from the provider's own status words (see
         C(docs/providers.md)); one left out in C(starting), C(stopping), C(preempted), C(unhealthy),
         C(unreachable_direct) or C(unknown) is named in a warning that says what its state means and what to do.

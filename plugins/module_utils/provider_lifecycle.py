@@ -157,7 +157,7 @@ def plan(provider, state, current, pid, read=None):
                                % (provider, pid, state), kind="absent")
     if current in STUCK and state != "absent":
         raw = (read or {}).get("raw")
-        host_lost = provider == "vastai" and str(raw or "").split(" ")[0] in ("unknown", "offline")
+        host_lost = provider == "vastai" and str(raw or "").split(" ", 1)[0] in ("unknown", "offline")
         if host_lost or state not in STUCK_VERBS.get((provider, current), ()):
             meaning = (read or {}).get("message") or (read or {}).get("warning") or (
                 "%s: instance %s is %s (%s)." % (provider, pid, current, raw))

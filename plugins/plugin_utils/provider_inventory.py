@@ -169,8 +169,9 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
                 groups = (self.PROVIDER, "running")
                 hostvars["ansible_host"] = host["address"]
                 hostvars["ansible_port"] = host["port"]
-            else:  # listed on demand (include_states), never in the provider's group, with no address
-                groups = (state,)
+            else:  # listed on demand (include_states), with no address: the provider's group (its profile's
+                # group_vars apply) and the group of its state, never the group running
+                groups = (self.PROVIDER, state)
             for group in groups:
                 self.inventory.add_group(group)
                 self.inventory.add_host(name, group=group)

@@ -81,13 +81,14 @@ def test_graph_default_lists_only_the_running_instances(tmp_path, fakes):
     assert KEY not in drawn + warnings
 
 
-def test_graph_with_every_state_puts_each_odd_one_in_its_state_group_never_in_the_default_group(tmp_path, fakes):
+def test_graph_with_every_state_puts_each_odd_one_in_its_state_group_never_in_running(tmp_path, fakes):
     data, drawn, _warnings = graph(tmp_path, fakes, "include_states: %s\n" % ALL_STATES)
     hostvars = data["_meta"]["hostvars"]
-    group = {"runpod": "runpod", "vastai": "vastai", "lambda": "lambda"}
+    assert members(data, "running") == ["train-1", "train-1-lambda", "train-1-vastai"], drawn
     for provider, expected in EXPECTED.items():
-        running = [h for h in members(data, group[provider]) if hostvars[h]["provider_state"] == "running"]
-        assert members(data, group[provider]) == running and len(running) == 1, drawn  # only running ones
+        # the provider's group holds them all (its profile applies), one of them running
+        running = [h for h in members(data, provider) if hostvars[h]["provider_state"] == "running"]
+        assert len(running) == 1 and len(members(data, provider)) == 1 + len(expected), drawn
         for name, state in expected.items():
             host = "odd-%s" % name.replace("_", "-")
             if host not in hostvars:  # the same name from two providers: the second is <name>-<provider>

@@ -75,9 +75,8 @@ def env():
     return base
 
 
-def test_graph_puts_only_the_running_instances_in_the_default_group(fleet, tmp_path, fakes):
-    everything = "include_states: [starting, stopping, stopped, preempted, unhealthy, unreachable_direct, unknown]\n"
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-inventory"), *configs(fleet, tmp_path, fakes, everything),
+def draw(fleet, tmp_path, fakes, extra=""):
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-inventory"), *configs(fleet, tmp_path, fakes, extra),
                            "--graph"], capture_output=True, text=True, env=env(), timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     groups = {}
@@ -89,9 +88,18 @@ def test_graph_puts_only_the_running_instances_in_the_default_group(fleet, tmp_p
             groups[current] = []
         elif current:
             groups[current].append(name)
+    return proc, groups
+
+
+def test_graph_puts_only_the_running_instances_in_the_default_group(fleet, tmp_path, fakes):
+    proc, groups = draw(fleet, tmp_path, fakes)
     for provider, host in HOST.items():
         assert groups[provider] == [host], proc.stdout  # the default group: the running instance only
-    assert sorted(groups["running"]) == sorted(HOST.values())
+    listed = {host for members in groups.values() for host in members}
+    assert listed == set(HOST.values()), proc.stdout  # nothing else is in the inventory
+    everything = "include_states: [starting, stopping, stopped, preempted, unhealthy, unreachable_direct, unknown]\n"
+    proc, groups = draw(fleet, tmp_path, fakes, everything)
+    assert sorted(groups["running"]) == sorted(HOST.values()), proc.stdout  # listed on demand: never running
     odd = [h for g in ("starting", "stopping", "stopped", "preempted", "unhealthy", "unreachable_direct")
            for h in groups.get(g, [])]
     assert len(odd) == sum(len(states) for name, states in fake_api.ODD_STATES.items() if name in PLUGIN)
