@@ -77,7 +77,8 @@ def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
     # the REST v1 list (not paged) and the v2 list, for the observed status
     assert [r["path"] for r in fake.api_requests()] == ["/v1/pods", "/v2/pods"]
     proc, data = inventory(write_config(tmp_path, "runpod", fake, "include_states: [starting]\n"), "runpod")
-    assert group_hosts(data, "starting") == ["train-3"] and group_hosts(data, "runpod") == ["train-1", "train-2"]
+    assert group_hosts(data, "starting") == ["train-3"] and group_hosts(data, "running") == ["train-1", "train-2"]
+    assert group_hosts(data, "runpod") == ["train-1", "train-2", "train-3"]  # listed on demand: its profile applies
     starting = data["_meta"]["hostvars"]["train-3"]
     assert "ansible_host" not in starting and starting["provider_state"] == "starting"
 
@@ -163,7 +164,7 @@ def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
     fake = serve("vastai", records)
     proc, data = inventory(write_config(tmp_path, "vastai", fake, "include_states: [starting]\n"), "vastai")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "vastai") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    assert group_hosts(data, "running") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
     hvs = data["_meta"]["hostvars"]
     assert (hvs["train-1"]["ansible_host"], hvs["train-1"]["ansible_port"]) == ("198.51.100.11", 40001)
     hv = dict(hvs["train-2"])
@@ -211,7 +212,7 @@ def test_lambda_list_exact_hostvars_booting_and_terminated(tmp_path, serve):
     fake = serve("lambda", records)
     proc, data = inventory(write_config(tmp_path, "lambda", fake, "include_states: [starting]\n"), "lambda")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "lambda") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    assert group_hosts(data, "running") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
     assert "train-4" not in data["_meta"]["hostvars"]
     hv = dict(data["_meta"]["hostvars"]["train-2"])
     record = hv.pop("lambda")
@@ -259,7 +260,7 @@ def test_autodl_list_snapshot_exact_hostvars_and_secrets_left_out(tmp_path, serv
     fake = serve("autodl", records)
     proc, data = inventory(write_config(tmp_path, "autodl", fake, "include_states: [starting]\n"), "autodl")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "autodl") == ["autodl-pro-fake0000001", "autodl-pro-fake0000002"]
+    assert group_hosts(data, "running") == ["autodl-pro-fake0000001", "autodl-pro-fake0000002"]
     assert group_hosts(data, "starting") == ["autodl-pro-fake0000003"]
     hv = dict(data["_meta"]["hostvars"]["autodl-pro-fake0000002"])
     record = hv.pop("autodl")
