@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import urllib.error
 import urllib.request
 
 import pytest
