@@ -99,7 +99,7 @@ def test_runpod_delete_is_204_with_no_body_and_lambda_terminate_passes_through_t
     try:
         pid = fake.records[0]["id"]
         call(fake, "POST", "/api/v1/instance-operations/terminate", {"instance_ids": [pid]})
-        seen = [json.loads(call(fake, "GET", "/api/v1/instances/%s" % pid)[1])["data"]["status"] for _ in range(3)]
+        seen = [json.loads(call(fake, "GET", "/api/v1/instances/%s" % pid)[1])["data"]["status"] for _read in range(3)]
         assert seen == ["terminating", "terminated", "terminated"]
     finally:
         fake.stop()

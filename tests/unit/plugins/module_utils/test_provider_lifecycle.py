@@ -128,8 +128,8 @@ def test_a_verb_the_provider_does_not_list_as_valid_now_is_not_called():
         pl.plan("runpod", "restarted", "stopped", "p1", read)
     assert err.value.kind == "action_not_available"
     assert pl.plan("runpod", "running", "stopped", "p1", read)["name"] == "start"
-    lam = {"status": "active", "ip": "198.51.100.1", "actions": {"restart": {"available": False},
-                                                                  "terminate": {"available": True}}}
+    lam = {"status": "active", "ip": "198.51.100.1",
+           "actions": {"restart": {"available": False}, "terminate": {"available": True}}}
     state, _raw, answer = pl.observed("lambda", lam)
     with pytest.raises(ProviderAPIError, match="restart is not among them"):
         pl.plan("lambda", "restarted", state, "l1", answer)
