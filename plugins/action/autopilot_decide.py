@@ -66,6 +66,18 @@ def park_problem(decision, environ=None):
     return None
 
 
+def provider_facts(host_vars):
+    """The provider facts an inventory plugin set for the host (provider_state and the rest), or None for a host of a
+    static inventory (no provider_state)."""
+    state = _host_var(host_vars, "provider_state")
+    if not state:
+        return None
+    return {"state": state, "provider": _host_var(host_vars, "provider"), "id": _host_var(host_vars, "provider_id"),
+            "status": _host_var(host_vars, "provider_status"),
+            "message": _host_var(host_vars, "provider_state_message"),
+            "durable_dir": _host_var(host_vars, "trainer_durable_dir")}
+
+
 def decide_host(host, host_vars, args, now, check_mode):
     """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
     raw = dict((key, _host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
@@ -87,7 +99,8 @@ def decide_host(host, host_vars, args, now, check_mode):
         meter_stop = _host_var(host_vars, "trainer_meter_stop")
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"),
-                                 clocks=_host_var(host_vars, "trainer_danger_clocks"))
+                                 clocks=_host_var(host_vars, "trainer_danger_clocks"),
+                                 provider=provider_facts(host_vars))
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
             found.update(action="escalate", wanted="escalate", state="idle_manual",

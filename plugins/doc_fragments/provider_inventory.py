@@ -48,10 +48,25 @@ options:
     default: 33554432
   include_stopped:
     description:
-      - Also list stopped (exited) instances, in the group C(stopped), with no address.
+      - Also list stopped instances, in the group C(stopped), with no address (the same as C(stopped) in
+        O(include_states)).
       - By default they are left out, since nothing can connect to them.
     type: bool
     default: false
+  include_states:
+    description:
+      - Also list the instances in these states, with no address, in the provider's group (so that its profile's
+        C(group_vars) apply) and the group named like their state, never in the group C(running). By default only
+        C(running) instances are listed, so that a play over C(all) or the provider's group touches only boxes it
+        can reach; with this option, target C(running) to skip the others. The autopilot reports a box listed with
+        C(preempted) as preempted, not as unreachable.
+      - Every instance, listed or not, has its state read from the provider's own status words (see
+        C(docs/providers.md)); one left out in C(starting), C(stopping), C(preempted), C(unhealthy),
+        C(unreachable_direct) or C(unknown) is named in a warning that says what its state means and what to do.
+    type: list
+    elements: str
+    choices: [starting, stopping, stopped, preempted, unhealthy, terminated, unreachable_direct, unknown]
+    default: []
   filters:
     description:
       - Jinja2 conditionals over each host's variables (those this plugin sets, before O(compose)); a host is kept
@@ -62,18 +77,21 @@ options:
 notes:
   - The configuration file's name must end in the plugin's name and C(.yml) or C(.yaml) (C(runpod.yml),
     C(vastai.yml), C(lambda_cloud.yml), C(autodl.yml)).
-  - The plugin's hosts join the group named like the platform profile, so C(group_vars/<profile>.yml) applies and
-    C(-l <profile>) works. An instance that the provider is still starting (no SSH address yet) goes into the group
-    C(starting) instead, with a warning.
+  - The plugin's running hosts join the group named like the platform profile, so C(group_vars/<profile>.yml) applies
+    and C(-l <profile>) works, and the group C(running). An instance in any other state (still starting, stopped,
+    preempted by the market, unhealthy, a RunPod pod without direct SSH, an unknown status word) is left out, with a
+    warning, unless O(include_states) names its state.
   - On an API error (bad key, rate limit or 5xx past the retry budget, a malformed or truncated answer, a failed
     page) the whole source fails; no partial list is used, and the inventory cache is not overwritten. Set
     C(unparsed_is_failed = True) in the C([inventory]) section of C(ansible.cfg) to stop a playbook run on it.
   - Hostvars, the same for every provider, are C(provider), C(provider_id), C(provider_status), C(gpu_type),
-    C(gpu_count), C(region), C(price_per_hour), C(interruptible), C(trainer_price_per_hour) (for the idle billing
-    check), the id under the name that the profile's teardown verb reads (C(runpod_pod_id), C(vastai_instance_id),
-    C(lambda_instance_id), C(autodl_instance_uuid)), C(provider_api_url) (the O(api_url) the host came from, which
-    teardown's M(remote_gpu.trainer.instance) uses too), plus a curated copy of the provider's record under the
-    provider's name (environment variables, passwords and tokens are left out).
+    C(gpu_count), C(region), C(price_per_hour), C(interruptible), C(provider_state) (the state read from
+    C(provider_status)), C(provider_state_message) (what a state that needs a person means),
+    C(trainer_price_per_hour) (for the idle billing check), the id under the name that the profile's teardown verb
+    reads (C(runpod_pod_id), C(vastai_instance_id), C(lambda_instance_id), C(autodl_instance_uuid)),
+    C(provider_api_url) (the O(api_url) the host came from, which teardown's M(remote_gpu.trainer.instance) uses too),
+    plus a curated copy of the provider's record under the provider's name (environment variables, passwords and
+    tokens are left out).
 """
 
     PAGED = r"""

@@ -19,8 +19,9 @@ description:
     (C(ssh -p <port> root@<host>)); see the README.
   - AutoDL answers HTTP 200 with an error code in the body; any C(code) other than C(Success) fails the whole source,
     with the code shown.
-  - A running instance whose snapshot has no C(proxy_host)/C(ssh_port) yet, or one that is starting, goes into the
-    group C(starting), with no address, and a warning.
+  - A running instance whose snapshot has no C(proxy_host)/C(ssh_port) yet, or one that is starting, is
+    C(starting); C(shutdown) and C(stopped) are C(stopped). Only running instances are listed by default (see
+    O(include_states)).
   - C(price_per_hour) is the snapshot's C(payg_price) / 1000 (CNY per hour); AutoDL Pro has no spot instances, so
     C(interruptible) is always false. The snapshot's C(root_password) and C(ssh_command) never reach hostvars.
   - The developer token (console, 设置 / 开发者Token) comes from O(api_key) or the environment variable

@@ -13,12 +13,15 @@ description:
   - Lists the account's instances with Lambda's Cloud API (C(GET /api/v1/instances), one unpaged answer whose
     C(data) is the list of instances) and makes each active instance a host of the group C(lambda), addressed at its public
     C(ip), port 22. The SSH user C(ubuntu) comes from C(group_vars/lambda.yml), as for a static inventory.
-  - An instance that Lambda reports as C(booting), or active without an IP yet, goes into the group C(starting), with
-    no address, and a warning. C(terminating) and C(terminated) instances are left out (see O(include_stopped)).
-  - The first of the instance's C(file_system_names) becomes C(lambda_nfs_name), so the profile's durable directory
-    is C(/lambda/nfs/<name>), where Lambda mounts it.
-  - C(price_per_hour) is the instance type's C(price_cents_per_hour) / 100 (USD); Lambda has no spot market, so
-    C(interruptible) is always false.
+  - Only an C(active) instance with an IP is running and listed by default; C(booting) is C(starting), C(unhealthy)
+    (it bills but is not usable) is C(unhealthy), C(preempted) (Lambda took it back) is C(preempted), C(terminating)
+    and C(terminated) are C(stopping) and C(terminated) (see O(include_states)).
+  - C(lambda_durable_dir), the profile's durable directory, is where the instance's filesystem is really mounted
+    (its C(file_system_mounts) entry, when it was mounted elsewhere at launch), else C(/lambda/nfs/<name>) for the
+    first of its C(file_system_names) (also C(lambda_nfs_name)). The instance's C(tags) stay in hostvars
+    (C(lambda.tags)) for C(keyed_groups).
+  - C(price_per_hour) is the instance type's C(price_cents_per_hour) / 100 (USD). The record has no spot flag, so
+    C(interruptible) is false; an instance that Lambda preempts says so in its state.
   - The API key comes from O(api_key) or the environment variable E(LAMBDA_API_KEY), sent as a bearer token.
 extends_documentation_fragment:
   - constructed

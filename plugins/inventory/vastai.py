@@ -15,8 +15,11 @@ description:
   - The address is the one vast's CLI (C(vastai ssh-url)) picks, the direct mapping of C(22/tcp) on
     C(public_ipaddr) when the instance has one, else the proxy C(ssh_host:ssh_port) (C(ssh_port + 1) for a jupyter
     runtype).
-  - An instance that is still loading, or running with no SSH address yet, goes into the group C(starting), with
-    no address, and a warning.
+  - "Each instance's state is read from C(actual_status), C(intended_status) and C(is_bid), as C(docs/providers.md) says.
+    C(frozen) (the GPU still bills), C(exited) while it should run (a crash, not a stop), C(unknown) (no heartbeat)
+    and C(offline) are C(unhealthy); a bid instance paused while it should run is C(preempted) (outbid). Only a
+    running instance is listed by default (see O(include_states)). Its C(label) is the host's name and stays in
+    hostvars (C(vastai.label)) for C(keyed_groups)."
   - The API key comes from O(api_key) or the environment variable E(VAST_API_KEY).
   - If one page fails, the whole source fails; a partial list is never used.
 extends_documentation_fragment:

@@ -48,9 +48,9 @@ import datetime
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer, number
 
 ACTIONS = ("none", "heal", "retry_sync", "park", "escalate", "report")
-EVENT_KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated")
+EVENT_KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted")
 LEVELS = {"new_fail": "FAIL", "escalated": "FAIL", "unreachable": "WARN", "healed": "WARN", "recovered": "INFO",
-          "parked": "INFO", "queue_done": "INFO"}
+          "parked": "INFO", "queue_done": "INFO", "preempted": "WARN"}
 # A GPU at or under this utilisation counts as idle.
 IDLE_UTIL_PCT = 5.0
 DEFAULTS = {"heal": False, "autostop": False, "notify": False, "max_restarts": 2, "idle_minutes": 30,
@@ -62,11 +62,15 @@ MAX_REASON = 3000
 
 # state families (the part before ":")
 FAILING = ("fail", "probe_error", "gone", "sync_failed", "heal_failed", "park_failed")
-ESCALATED = ("escalated", "too_fast", "unreachable_escalated", "idle_destroy_only", "idle_manual")
+ESCALATED = ("escalated", "too_fast", "unreachable_escalated", "idle_destroy_only", "idle_manual",
+             "preempted_escalated")
 DONE = ("done", "done_unsynced")
 # the host's own states (never a job's); "fail:config_error" is one too (the action plugin's)
 HOST_FAMILIES = ("unreachable", "unreachable_escalated", "probe_error", "parked", "park_failed", "idle_destroy_only",
-                 "idle_manual")
+                 "idle_manual", "preempted", "preempted_escalated")
+# providers that give a preempted box back by themselves (a vast.ai bid instance resumes when its bid wins again, a
+# RunPod spot pod can be started again); any other preempted box (Lambda) does not come back
+GIVES_BACK = ("vastai", "runpod")
 CONFIG_ERROR = "fail:config_error"
 JOB_KEYS = ("state", "action", "wanted", "item", "run", "crash", "crash_at", "ok")
 
@@ -342,7 +346,9 @@ def _host_events(host, previous, state, reason):
     kind = None
     if now == "unreachable":
         kind = "unreachable"
-    elif now in ("unreachable_escalated", "idle_destroy_only", "idle_manual"):
+    elif now == "preempted":
+        kind = "preempted"
+    elif now in ("unreachable_escalated", "idle_destroy_only", "idle_manual", "preempted_escalated"):
         kind = "escalated"
     elif now in ("probe_error", "park_failed") or state == CONFIG_ERROR:
         kind = "new_fail"
@@ -597,14 +603,43 @@ def _combine(host, decisions, result, settings, history, meter_stop, now, billin
     return found
 
 
-def decide(host, result, history, settings, meter_stop=None, now=0, billing=None, park=None, clocks=None):
+def preempted(host, provider, billing=None):
+    """The decision for a box its provider reports ``preempted`` (pure): ``provider`` is the host's provider facts
+    from the inventory plugin (``provider``, ``id``, ``status``, ``message``, ``durable_dir``, ``api_url``).
+
+    A provider that gives the box back (GIVES_BACK) -> ``preempted``, nothing done: when it runs again, the jobs are
+    judged as after a reboot and a gone job is healed from its durable checkpoint. Any other -> ``preempted_escalated``
+    with the exact commands to re-rent and relaunch."""
+    name = provider.get("provider") or "the provider"
+    cost = ("; while it waits, it bills %s %s/h (its disk)" % (billing.get("price"), billing.get("currency"))
+            if billing and billing.get("price") else "")
+    said = " ".join(str(provider.get("message") or "").split())
+    head = "preempted: %s reports %s (%s), stopped by the market or the provider, not by you%s" % (
+        name, provider.get("id"), provider.get("status"), cost)
+    if name in GIVES_BACK:
+        return _decision("preempted", "none", "%s. %s When it runs again, the autopilot heals the queue from the "
+                                              "durable checkpoint, as after a reboot; nothing is healed or stopped "
+                                              "meanwhile." % (head, said))
+    durable = provider.get("durable_dir") or "the durable directory"
+    commands = ("1) rent a new %s instance with the same filesystem (its checkpoints are in %s); 2) ansible-playbook "
+                "-i <your %s inventory> playbooks/preflight.yml -l <new host>; 3) ansible-playbook -i <your %s "
+                "inventory> playbooks/launch.yml -l <new host> (the queue resumes from the checkpoints in %s); 4) "
+                "forget the old one: ansible localhost -m remote_gpu.trainer.instance -a 'provider=%s id=%s "
+                "state=absent'" % (name, durable, name, name, durable, name, provider.get("id")))
+    return _decision("preempted_escalated", "escalate", "%s. %s It does not come back by itself. To go on: %s" % (
+        head, said, commands))
+
+
+def decide(host, result, history, settings, meter_stop=None, now=0, billing=None, park=None, clocks=None,
+           provider=None):
     """One host's decision over every job on it (pure). ``result``: the registered job_status result of every job
     under the run directory (unreachable, failed, skipped or None included); ``history``: the host's records,
     oldest first; ``settings``: settings_of's dict; ``meter_stop``: the profile's trainer_meter_stop (never run: it
     names the teardown when the box cannot be parked); ``park``: the profile's trainer_park (a reversible stop, in
     the box or through the API; ``keeps_data_disk`` and ``release_days`` say what a park keeps); ``billing``:
     {price, currency} when the box bills; ``clocks``: the profile's trainer_danger_clocks (the console hint of a
-    box that stays unreachable names them)."""
+    box that stays unreachable names them); ``provider``: the host's provider facts from an inventory plugin (see
+    :func:`preempted`), whose ``state`` ``preempted`` is reported as such, never as unreachable."""
     previous = previous_state(history)
     reachable, error = probe_outcome(result)
     jobs = [] if error else jobs_of(result)
@@ -621,6 +656,8 @@ def decide(host, result, history, settings, meter_stop=None, now=0, billing=None
                 "no job has run or started on it since"))
     if held:
         found = held
+    elif (provider or {}).get("state") == "preempted":
+        found = preempted(host, provider, billing)
     elif not reachable:
         since = unreachable_since(history, now)
         minutes = (now - since) / 60.0

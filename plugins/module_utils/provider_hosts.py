@@ -8,11 +8,14 @@ Each ``<provider>_host(record)`` returns a dict:
 
 - ``id``: the provider's id (a string);
 - ``name``: the wanted inventory name (made unique by ``unique_names``);
-- ``state``: ``ready`` (an SSH address is known), ``starting`` (the provider is still bringing it up: no address
-  yet) or ``stopped`` (stopped, exited or being destroyed);
+- ``state``: the instance's state as ``provider_state`` reads it (``running``, ``starting``, ``stopping``,
+  ``stopped``, ``preempted``, ``unhealthy``, ``terminated``, ``unreachable_direct`` or ``unknown``); only a
+  ``running`` host has an address;
+- ``message``/``warning``: provider_state's sentence for a state that needs a person, and its warning for an
+  unknown status word (or None);
 - ``address``/``port``: the SSH endpoint, or None;
 - ``hostvars``: the same keys for every provider (``provider``, ``provider_id``, ``provider_status``, ``gpu_type``,
-  ``gpu_count``, ``region``, ``price_per_hour``, ``interruptible``) plus ``trainer_price_per_hour`` for the
+  ``gpu_count``, ``region``, ``price_per_hour``, ``interruptible``, ``provider_state``) plus ``trainer_price_per_hour`` for the
   billing checks, the id under the name that the profile's teardown verb reads (``runpod_pod_id``,
   ``vastai_instance_id``, ``lambda_instance_id``, ``autodl_instance_uuid``), and a curated copy of the provider's
   record under ``<provider>`` for ``compose``/``keyed_groups``.
@@ -24,6 +27,9 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_state import (
+    lambda_durable_dir, provider_state)
+
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 # The fields of a provider's record that reach hostvars. Environment variables (``env``, ``extra_env``), onstart
@@ -32,13 +38,15 @@ RUNPOD_KEEP = ("id", "name", "image", "desiredStatus", "costPerHr", "adjustedCos
                "machineId", "publicIp", "portMappings", "ports", "interruptible", "lastStartedAt", "lastStatusChange",
                "containerDiskInGb", "volumeInGb", "volumeMountPath", "networkVolumeId", "templateId", "vcpuCount",
                "memoryInGb")
+# the fields of RunPod's REST v2 record of a pod (its observed state) that reach hostvars, under runpod.observed
+RUNPOD_OBSERVED_KEEP = ("status", "actions", "cost", "dataCenterId", "ssh")
 VASTAI_KEEP = ("id", "label", "actual_status", "intended_status", "cur_state", "status_msg", "gpu_name", "num_gpus",
                "gpu_ram", "geolocation", "dph_total", "is_bid", "public_ipaddr", "ssh_host", "ssh_port", "ports",
                "image_uuid", "image_runtype", "machine_id", "host_id", "disk_space", "cpu_ram", "start_date",
                "cuda_max_good", "driver_version", "reliability2")
 
 LAMBDA_KEEP = ("id", "name", "ip", "private_ip", "status", "hostname", "region", "instance_type", "ssh_key_names",
-               "file_system_names", "is_reserved")
+               "file_system_names", "file_system_mounts", "is_reserved", "tags", "actions")
 # AutoDL Pro: the list row, plus the snapshot's address and price (root_password, ssh_command and the jupyter token
 # are left out: ``ssh_command`` may carry the password in some clients' copies, and the others are credentials).
 AUTODL_KEEP = ("uuid", "status", "region_name", "region_sign", "gpu_spec_uuid", "req_gpu_amount", "image_uuid",
@@ -68,11 +76,12 @@ def _clean_name(value):
     return _NAME_BAD.sub("-", str(value or "")).strip("-.")
 
 
-def _common(provider, pid, status, gpu_type, gpu_count, region, price, interruptible, record):
+def _common(provider, pid, status, gpu_type, gpu_count, region, price, interruptible, record, state):
     return {
         "provider": provider,
         "provider_id": pid,
         "provider_status": status,
+        "provider_state": state,
         "gpu_type": gpu_type,
         "gpu_count": gpu_count,
         "region": region,
@@ -81,6 +90,17 @@ def _common(provider, pid, status, gpu_type, gpu_count, region, price, interrupt
         "trainer_price_per_hour": price if price is not None else 0,
         provider: record,
     }
+
+
+def _host(pid, name, read, address, port, hostvars):
+    """The host dict: an address only for a running host; provider_state's message in hostvars when it has one."""
+    if read["state"] == "running" and not address:
+        read = dict(read, state="starting")  # the provider says running, but no SSH address is known yet
+    running = read["state"] == "running"
+    if read["message"]:
+        hostvars["provider_state_message"] = read["message"]
+    return {"id": pid, "name": name, "state": read["state"], "message": read["message"], "warning": read["warning"],
+            "address": address if running else None, "port": port if running else None, "hostvars": hostvars}
 
 
 def _require_record(record, provider):
@@ -103,9 +123,12 @@ def runpod_ssh(pod):
 
 
 def runpod_host(pod):
-    """One RunPod pod (REST ``GET /v1/pods`` item) -> host dict (see the module docstring)."""
+    """One RunPod pod (REST ``GET /v1/pods`` item, with its v2 record under ``observed`` when the plugin read one) ->
+    host dict (see the module docstring)."""
     pid = _require_record(pod, "runpod")
-    status = str(pod.get("desiredStatus") or "").upper()
+    read = provider_state("runpod", pod)
+    observed = pod.get("observed") if isinstance(pod.get("observed"), dict) else {}
+    status = str(observed.get("status") or pod.get("desiredStatus") or "").upper()
     gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
     machine = pod.get("machine") if isinstance(pod.get("machine"), dict) else {}
     gpu_count = _num(gpu.get("count"), int)
@@ -117,21 +140,15 @@ def runpod_host(pod):
     if price is None:
         price = _num(pod.get("costPerHr"))
     ip, port = runpod_ssh(pod)
-    if status == "RUNNING":
-        state = "ready" if ip else "starting"
-    elif status in ("", "CREATED", "PROVISIONING", "STARTING", "RESTARTING"):
-        state = "starting"
-    else:  # EXITED, TERMINATED, ...
-        state = "stopped"
-    return {
-        "id": pid,
-        "name": _clean_name(pod.get("name")) or "runpod-" + _clean_name(pid),
-        "state": state,
-        "address": ip if state == "ready" else None,
-        "port": port if state == "ready" else None,
-        "hostvars": dict(_common("runpod", pid, status, gpu_type, gpu_count, region, price, pod.get("interruptible"),
-                                 curated(pod, RUNPOD_KEEP)), runpod_pod_id=pid),
-    }
+    kept = curated(pod, RUNPOD_KEEP)
+    if observed:
+        kept["observed"] = curated(observed, RUNPOD_OBSERVED_KEEP)
+        ssh = kept["observed"].get("ssh")
+        if isinstance(ssh, dict):  # the proxy's user name routes to the pod: only the direct endpoint is kept
+            kept["observed"]["ssh"] = {"direct": ssh.get("direct")}
+    return _host(pid, _clean_name(pod.get("name")) or "runpod-" + _clean_name(pid), read, ip, port,
+                 dict(_common("runpod", pid, status or None, gpu_type, gpu_count, region, price,
+                              pod.get("interruptible"), kept, read["state"]), runpod_pod_id=pid))
 
 
 def vastai_ssh(instance):
@@ -159,69 +176,49 @@ def vastai_ssh(instance):
 
 
 def vastai_host(instance):
-    """One vast.ai instance (``GET /api/v1/instances/`` item) -> host dict (see the module docstring)."""
+    """One vast.ai instance (``GET /api/v1/instances/`` item) -> host dict (see the module docstring). Its ``label``
+    is the host's name and stays in hostvars (``vastai.label``) for keyed_groups."""
     pid = _require_record(instance, "vastai")
+    read = provider_state("vastai", instance)
     actual = str(instance.get("actual_status") or "").lower()
-    intended = str(instance.get("intended_status") or "").lower()
     host, port = vastai_ssh(instance)
-    if actual == "running" and intended != "stopped":
-        state = "ready" if host else "starting"
-    elif actual in ("exited", "stopped", "offline") or intended == "stopped":
-        state = "stopped"
-    else:  # created, loading, scheduling, None
-        state = "starting"
     price = _num(instance.get("dph_total"))
     label = _clean_name(instance.get("label"))
-    return {
-        "id": pid,
-        "name": label or "vastai-" + _clean_name(pid),
-        "state": state,
-        "address": host if state == "ready" else None,
-        "port": port if state == "ready" else None,
-        "hostvars": dict(_common("vastai", pid, actual or None, instance.get("gpu_name"),
-                                 _num(instance.get("num_gpus"), int), instance.get("geolocation"), price,
-                                 instance.get("is_bid"), curated(instance, VASTAI_KEEP)), vastai_instance_id=pid),
-    }
+    return _host(pid, label or "vastai-" + _clean_name(pid), read, host, port,
+                 dict(_common("vastai", pid, actual or None, instance.get("gpu_name"),
+                              _num(instance.get("num_gpus"), int), instance.get("geolocation"), price,
+                              instance.get("is_bid"), curated(instance, VASTAI_KEEP), read["state"]),
+                      vastai_instance_id=pid))
 
 
 def lambda_host(instance):
     """One Lambda Cloud instance (``GET /api/v1/instances`` item) -> host dict (see the module docstring).
 
     Lambda gives every instance a public ``ip`` with SSH on port 22 (user ``ubuntu``, set by group_vars/lambda.yml).
-    Lambda has no spot market: ``interruptible`` is always false."""
+    ``interruptible`` is false: Lambda's API can report an instance ``preempted`` (its state then says so), but it
+    has no spot flag on the record. ``tags`` stay in hostvars (``lambda.tags``); ``lambda_durable_dir`` is where the
+    first filesystem is really mounted (``file_system_mounts``, else ``/lambda/nfs/<name>``)."""
     pid = _require_record(instance, "lambda")
+    read = provider_state("lambda", instance)
     status = str(instance.get("status") or "").lower()
     itype = instance.get("instance_type") if isinstance(instance.get("instance_type"), dict) else {}
     specs = itype.get("specs") if isinstance(itype.get("specs"), dict) else {}
     region = instance.get("region") if isinstance(instance.get("region"), dict) else {}
     ip = instance.get("ip")
     ip = ip.strip() if isinstance(ip, str) and ip.strip() else None
-    if status in ("active", "unhealthy"):
-        state = "ready" if ip else "starting"
-    elif status in ("terminating", "terminated"):
-        state = "stopped"
-    else:  # booting, None
-        state = "starting"
     cents = _num(itype.get("price_cents_per_hour"))
     price = round(cents / 100.0, 4) if cents is not None else None
     hostvars = dict(_common("lambda", pid, status or None, itype.get("gpu_description") or itype.get("description")
                             or itype.get("name"), _num(specs.get("gpus"), int), region.get("name"), price, False,
-                            curated(instance, LAMBDA_KEEP)), lambda_instance_id=pid)
+                            curated(instance, LAMBDA_KEEP), read["state"]), lambda_instance_id=pid)
     filesystems = instance.get("file_system_names")
     if isinstance(filesystems, list) and filesystems and isinstance(filesystems[0], str) and filesystems[0]:
-        # Lambda mounts a filesystem at /lambda/nfs/<name>: the profile's durable dir (group_vars/lambda.yml)
         hostvars["lambda_nfs_name"] = filesystems[0]
-    return {
-        "id": pid,
-        "name": _clean_name(instance.get("name")) or "lambda-" + _clean_name(pid),
-        "state": state,
-        "address": ip if state == "ready" else None,
-        "port": 22 if state == "ready" else None,
-        "hostvars": hostvars,
-    }
-
-
-AUTODL_STOPPED = ("shutdown", "shutting_down", "stopped", "stopping", "released", "releasing", "off")
+    durable = lambda_durable_dir(instance)
+    if durable:
+        # the profile's durable dir (group_vars/lambda.yml): where Lambda really mounted the filesystem
+        hostvars["lambda_durable_dir"] = durable
+    return _host(pid, _clean_name(instance.get("name")) or "lambda-" + _clean_name(pid), read, ip, 22, hostvars)
 
 
 def autodl_ssh(snapshot):
@@ -246,15 +243,10 @@ def autodl_host(record):
     if pid in (None, ""):
         raise ValueError("autodl: an instance record has no uuid")
     pid = str(pid)
+    read = provider_state("autodl", record)
     status = str(record.get("status") or "").lower()
     snapshot = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
     host, port = autodl_ssh(snapshot)
-    if status == "running":
-        state = "ready" if host else "starting"
-    elif status in AUTODL_STOPPED:
-        state = "stopped"
-    else:  # creating, starting, None
-        state = "starting"
     milli = _num(snapshot.get("payg_price"))
     price = round(milli / 1000.0, 4) if milli is not None else None
     gpu_count = _num(record.get("req_gpu_amount"), int)
@@ -262,17 +254,14 @@ def autodl_host(record):
         gpu_count = _num(snapshot.get("gpu_amount"), int)
     kept = curated(record, AUTODL_KEEP)
     kept["snapshot"] = curated(snapshot, AUTODL_SNAPSHOT_KEEP)
-    return {
-        "id": pid,
-        "name": _clean_name(record.get("name") or record.get("title")) or "autodl-" + _clean_name(pid),
-        "state": state,
-        "address": host if state == "ready" else None,
-        "port": port if state == "ready" else None,
-        "hostvars": dict(_common("autodl", pid, status or None,
-                                 snapshot.get("snapshot_gpu_alias_name") or record.get("gpu_spec_uuid"), gpu_count,
-                                 record.get("region_name") or record.get("region_sign"), price, False, kept),
-                         autodl_instance_uuid=pid),
-    }
+    if read["state"] == "running" and not host:
+        read = dict(read, state="starting")  # running, but its snapshot has no address yet
+    return _host(pid, _clean_name(record.get("name") or record.get("title")) or "autodl-" + _clean_name(pid), read,
+                 host, port,
+                 dict(_common("autodl", pid, status or None,
+                              snapshot.get("snapshot_gpu_alias_name") or record.get("gpu_spec_uuid"), gpu_count,
+                              record.get("region_name") or record.get("region_sign"), price, False, kept,
+                              read["state"]), autodl_instance_uuid=pid))
 
 
 def unique_names(hosts):

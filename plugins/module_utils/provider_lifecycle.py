@@ -6,8 +6,10 @@
 
 The pure part: ``PROVIDERS`` (key variable, default URL, auth scheme), ``VERBS`` (the provider's verb for each
 wanted state, or why it has none), ``observed_state`` (a provider's record -> running / stopped / absent /
-transition) and ``plan`` (what to do, or the clear refusal). ``Lifecycle`` does the I/O with ``ProviderHTTP``:
-read the state, call the verb, wait until the provider reports the wanted state or the timeout passes.
+transition, or a state that will not change by itself: preempted / unhealthy / unknown, read by provider_state)
+and ``plan`` (what to do, or the clear refusal). ``Lifecycle`` does the I/O with ``ProviderHTTP``: read the state,
+call the verb, wait until the provider reports the wanted state or the timeout passes; it never waits on a state
+that does not end by itself.
 
 Sources of each verb: tests/lab/providers/README.md (RunPod REST reference, vast-cli ``vast.py``, Lambda's Cloud API
 docs, AutoDL Pro clients).
@@ -20,8 +22,25 @@ import urllib.parse
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
     ProviderAPIError, ProviderHTTP, autodl_data)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_state import (
+    allowed_actions, provider_state)
 
-STATES = ("running", "stopped", "absent")
+STATES = ("running", "stopped", "absent", "restarted")
+
+# observed states that do not end by themselves: nothing waits on them (see plan)
+STUCK = ("preempted", "unhealthy", "unknown")
+
+RUNPOD_V2_URL = "https://api.runpod.io"
+
+
+def runpod_v2_url(api_url):
+    """RunPod's API v2 base URL for a v1 ``api_url``: RunPod's own (``https://api.runpod.io``) for the default v1 URL,
+    else ``api_url`` without its trailing ``/v1`` (a proxy or the test fake that serves both)."""
+    api_url = (api_url or PROVIDERS["runpod"]["url"]).rstrip("/")
+    if api_url == PROVIDERS["runpod"]["url"].rstrip("/"):
+        return RUNPOD_V2_URL
+    return api_url[:-3] if api_url.endswith("/v1") else api_url
+
 
 PROVIDERS = {
     "runpod": {"env_var": "RUNPOD_API_KEY", "url": "https://rest.runpod.io/v1", "auth_scheme": "Bearer"},
@@ -33,8 +52,8 @@ PROVIDERS = {
 AUTODL_PRO = "/api/v1/dev/instance/pro/"
 
 
-def _verb(name, method, path, body=None):
-    return {"name": name, "method": method, "path": path, "body": body}
+def _verb(name, method, path, body=None, api="v1"):
+    return {"name": name, "method": method, "path": path, "body": body, "api": api}
 
 
 # provider -> wanted state -> the provider's verb (path and body templates take {id}), or a str: why there is none.
@@ -43,11 +62,14 @@ VERBS = {
         "running": _verb("start", "POST", "/pods/{id}/start"),
         "stopped": _verb("stop", "POST", "/pods/{id}/stop"),
         "absent": _verb("terminate", "DELETE", "/pods/{id}"),
+        # REST v1 documents no success answer for /pods/{id}/restart; v2's action does ("returns updated pod")
+        "restarted": _verb("restart", "POST", "/v2/pods/{id}/action", {"action": "restart"}, api="v2"),
     },
     "vastai": {
         "running": _verb("start", "PUT", "/api/v0/instances/{id}/", {"state": "running"}),
         "stopped": _verb("stop", "PUT", "/api/v0/instances/{id}/", {"state": "stopped"}),
         "absent": _verb("destroy", "DELETE", "/api/v0/instances/{id}/"),
+        "restarted": _verb("reboot", "PUT", "/api/v0/instances/reboot/{id}/"),
     },
     "lambda": {
         "running": "Lambda Cloud has no start: an instance runs from launch until it is terminated, and a terminated "
@@ -55,12 +77,24 @@ VERBS = {
         "stopped": "Lambda Cloud has no stop: an instance bills until it is terminated (state=absent, which deletes "
                    "its local disk; only the attached filesystem survives), and sudo shutdown does not stop billing",
         "absent": _verb("terminate", "POST", "/api/v1/instance-operations/terminate", {"instance_ids": ["{id}"]}),
+        "restarted": _verb("restart", "POST", "/api/v1/instance-operations/restart", {"instance_ids": ["{id}"]}),
     },
     "autodl": {
         "running": _verb("power_on", "POST", AUTODL_PRO + "power_on", {"instance_uuid": "{id}", "payload": "gpu"}),
         "stopped": _verb("power_off", "POST", AUTODL_PRO + "power_off", {"instance_uuid": "{id}"}),
         "absent": _verb("release", "POST", AUTODL_PRO + "release", {"instance_uuid": "{id}"}),
+        "restarted": "AutoDL Pro has no restart verb: power it off (state=stopped), then on (state=running)",
     },
+}
+
+# (provider, stuck state) -> the wanted states whose verb the provider carries out from there; any other wanted state
+# (but absent, which every state allows) fails at once with what the state means (provider_state's message)
+STUCK_VERBS = {
+    ("runpod", "unhealthy"): ("stopped", "restarted"),
+    ("runpod", "preempted"): ("stopped", "running"),   # resume a spot pod (it may find no capacity: then it times out)
+    ("vastai", "unhealthy"): ("stopped", "running", "restarted"),  # not on an unknown/offline host, see plan
+    ("vastai", "preempted"): ("stopped",),              # running again needs the bid to win: not a verb
+    ("lambda", "unhealthy"): ("restarted",),
 }
 
 
@@ -82,51 +116,61 @@ def verb_request(provider, state, pid):
         raise ProviderAPIError("%s: cannot make instance %s %s: %s." % (provider, pid, state, verb), kind="unsupported")
     quoted = urllib.parse.quote(str(pid), safe="")
     return {"name": verb["name"], "method": verb["method"], "path": verb["path"].replace("{id}", quoted),
-            "body": _fill(verb["body"], str(pid))}
+            "body": _fill(verb["body"], str(pid)), "api": verb.get("api", "v1")}
 
 
 def observed_state(provider, record):
-    """(state, raw status) of the provider's record: state is running, stopped, absent or transition (starting,
-    stopping, booting, ...). ``record`` None means the provider does not know the instance (absent)."""
+    """(state, raw status) of the provider's record, read by provider_state: state is running (a RunPod pod without
+    direct SSH too: the provider runs it), stopped, absent, transition (starting, stopping: it ends by itself), or
+    one that does not end by itself: preempted, unhealthy or unknown. ``record`` None means the provider does not know
+    the instance (absent)."""
+    return observed(provider, record)[:2]
+
+
+def observed(provider, record):
+    """(state, raw status, provider_state's answer) of the provider's record (see observed_state)."""
     if record is None:
-        return "absent", None
-    if provider == "autodl":  # pro/status answers the status string itself
-        raw = str(record if not isinstance(record, dict) else record.get("status") or "").lower()
-        table = {"running": "running", "shutdown": "stopped", "released": "absent"}
-        return table.get(raw, "transition"), raw
-    if not isinstance(record, dict):
+        return "absent", None, provider_state(provider, None)
+    if provider != "autodl" and not isinstance(record, dict):
         raise ProviderAPIError("%s: the instance's record is %s, not an object." % (provider, type(record).__name__),
                                kind="malformed")
-    if provider == "runpod":
-        raw = str(record.get("desiredStatus") or "").upper()
-        table = {"RUNNING": "running", "EXITED": "stopped", "TERMINATED": "absent"}
-        return table.get(raw, "transition"), raw
-    if provider == "vastai":
-        actual = str(record.get("actual_status") or "").lower()
-        intended = str(record.get("intended_status") or "").lower()
-        raw = "%s (intended %s)" % (actual or "none", intended or "none")
-        if actual == "running" and intended != "stopped":
-            return "running", raw
-        if actual in ("exited", "stopped", "offline") and intended != "running":
-            return "stopped", raw
-        return "transition", raw
-    raw = str(record.get("status") or "").lower()  # lambda
-    table = {"active": "running", "unhealthy": "running", "terminated": "absent"}
-    return table.get(raw, "transition"), raw
+    read = dict(provider_state(provider, record), actions=allowed_actions(provider, record))
+    state = {"running": "running", "unreachable_direct": "running", "stopped": "stopped", "terminated": "absent",
+             "starting": "transition", "stopping": "transition"}.get(read["state"], read["state"])
+    return state, read["raw"], read
 
 
-def plan(provider, state, current, pid):
+def plan(provider, state, current, pid, read=None):
     """What to do to bring an instance from ``current`` (observed_state's state) to ``state``.
 
     Returns None when nothing is to be done (idempotence), else the verb_request; ProviderAPIError with a clear
-    message when it cannot be done: a verb the provider does not have, an instance that does not exist, or an AutoDL
-    Pro instance that is not powered off before its release."""
-    if state == current:
+    message when it cannot be done: a verb the provider does not have, an instance that does not exist, an AutoDL
+    Pro instance that is not powered off before its release, or a state that will not change by itself (preempted,
+    unhealthy, unknown) from which the provider cannot carry out the verb: then the message says what the state
+    means and what to do (``read``: provider_state's answer), at once, without waiting; or a verb that is not among
+    the actions the provider lists as valid for the instance now (``read["actions"]``, RunPod v2 and Lambda).
+    ``restarted`` always acts."""
+    if state == current and state != "restarted":
         return None
     if current == "absent":
         raise ProviderAPIError("%s: instance %s does not exist (or was terminated); it cannot be made %s."
                                % (provider, pid, state), kind="absent")
+    if current in STUCK and state != "absent":
+        raw = (read or {}).get("raw")
+        host_lost = provider == "vastai" and str(raw or "").split(" ", 1)[0] in ("unknown", "offline")
+        if host_lost or state not in STUCK_VERBS.get((provider, current), ()):
+            meaning = (read or {}).get("message") or (read or {}).get("warning") or (
+                "%s: instance %s is %s (%s)." % (provider, pid, current, raw))
+            raise ProviderAPIError("%s It does not change by itself, so nothing waits for it; no verb was called "
+                                   "to make it %s." % (meaning, state), kind="instance_%s" % current)
     request = verb_request(provider, state, pid)
+    allowed = (read or {}).get("actions")
+    if allowed is not None and request["name"] not in allowed:
+        raise ProviderAPIError("%s: instance %s is %s, and the provider lists %s as its valid actions now; %s is not "
+                               "among them, so it was not called.%s" % (
+                                   provider, pid, current, ", ".join(sorted(allowed)) or "no action", request["name"],
+                                   (" " + read["message"]) if (read or {}).get("message") else ""),
+                               kind="action_not_available")
     if provider == "autodl" and state == "absent" and current != "stopped":
         raise ProviderAPIError("autodl: AutoDL Pro releases only a powered-off instance, and %s is %s. Power it off "
                                "first (state=stopped), then release it (state=absent); this module never powers off "
@@ -142,13 +186,28 @@ def _not_found(err):
 class Lifecycle:
     """Read and change one provider's instance through ``ProviderHTTP``."""
 
-    def __init__(self, provider, client, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, provider, client, sleep=time.sleep, clock=time.monotonic, v2_client=None):
         self.provider = provider
         self.client = client
+        self.v2_client = v2_client  # RunPod's API v2: the observed status, and the restart action
         self.sleep = sleep
         self.clock = clock
         self.record = None
         self.found = False
+        self.state = None  # provider_state's answer of the last read
+        self.observed_ok = None  # RunPod: whether the last read had the v2 (observed) status
+
+    def _runpod_observed(self, quoted):
+        """The pod's v2 record, or None when there is no v2 client or v2 does not answer (the v1 intent is read)."""
+        if self.v2_client is None:
+            return None
+        try:
+            body = self.v2_client.get_json("/v2/pods/%s" % quoted)
+        except ProviderAPIError:
+            self.observed_ok = False
+            return None
+        self.observed_ok = isinstance(body, dict)
+        return body if isinstance(body, dict) else None
 
     def read(self, pid):
         """(state, raw status) as the provider reports it now. Keeps the record in ``self.record`` and whether the
@@ -158,6 +217,9 @@ class Lifecycle:
         try:
             if self.provider == "runpod":
                 record = self.client.get_json("/pods/%s" % quoted)
+                v2 = self._runpod_observed(quoted) if isinstance(record, dict) else None
+                if v2 is not None:
+                    record = dict(record, observed=v2)
             elif self.provider == "vastai":
                 body = self.client.get_json("/api/v0/instances/%s/" % quoted)
                 record = body.get("instances") if isinstance(body, dict) else body
@@ -172,7 +234,8 @@ class Lifecycle:
                 return "absent", None
             raise
         self.record, self.found = record, record is not None
-        return observed_state(self.provider, record)
+        state, raw, self.state = observed(self.provider, record)
+        return state, raw
 
     def snapshot(self, pid):
         """AutoDL Pro only: the instance's snapshot (``proxy_host``, ``ssh_port``, ...), where its address is."""
@@ -180,7 +243,11 @@ class Lifecycle:
                            "GET %ssnapshot for %s" % (AUTODL_PRO, pid))
 
     def act(self, request):
-        answer = self.client.request_json(request["method"], request["path"], body=request["body"])
+        client = self.v2_client if request.get("api") == "v2" else self.client
+        if client is None:
+            raise ProviderAPIError("%s: %s needs RunPod's API v2, and no v2 URL is known."
+                                   % (self.provider, request["name"]), kind="unsupported")
+        answer = client.request_json(request["method"], request["path"], body=request["body"])
         if self.provider == "autodl":
             autodl_data(answer, "%s %s" % (request["method"], request["path"]))
         elif self.provider == "vastai" and isinstance(answer, dict) and answer.get("success") is False:
@@ -189,13 +256,17 @@ class Lifecycle:
                 kind="refused")
         return answer
 
-    def wait_for(self, pid, wanted, timeout, interval):
-        """Poll until the provider reports ``wanted`` -> (reached, state, raw) within ``timeout`` seconds."""
+    def wait_for(self, pid, wanted, timeout, interval, before=None):
+        """Poll until the provider reports ``wanted`` -> (reached, state, raw) within ``timeout`` seconds. It stops at
+        once when the instance enters a state that does not end by itself (preempted, unhealthy, unknown) other than
+        ``before``, the one it was in when the verb was called (the provider may not have applied the verb yet)."""
         deadline = self.clock() + float(timeout)
         while True:
             state, raw = self.read(pid)
             if state == wanted:
                 return True, state, raw
+            if state in STUCK and state != before:
+                return False, state, raw
             if self.clock() + interval > deadline:
                 return False, state, raw
             self.sleep(interval)
@@ -213,4 +284,11 @@ class Lifecycle:
 def make_client(provider, api_key, api_url=None, timeout=30.0, retry_budget=60.0):
     spec = PROVIDERS[provider]
     return ProviderHTTP(provider, api_url or spec["url"], api_key, spec["env_var"], timeout=timeout,
+                        retry_budget=retry_budget, auth_scheme=spec["auth_scheme"])
+
+
+def make_v2_client(api_key, api_url=None, timeout=30.0, retry_budget=60.0):
+    """RunPod's API v2 client (``runpod_v2_url`` of the v1 ``api_url``)."""
+    spec = PROVIDERS["runpod"]
+    return ProviderHTTP("runpod", runpod_v2_url(api_url), api_key, spec["env_var"], timeout=timeout,
                         retry_budget=retry_budget, auth_scheme=spec["auth_scheme"])

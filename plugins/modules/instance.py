@@ -22,7 +22,17 @@ description:
     C(PUT /api/v0/instances/{id}/) with C(state) C(stopped) or C(running), C(DELETE /api/v0/instances/{id}/); Lambda
     C(POST /api/v1/instance-operations/terminate); AutoDL Pro C(POST /api/v1/dev/instance/pro/power_off), C(power_on)
     and C(release)."
-  - A verb that the provider does not have fails with a clear message and calls nothing. Lambda has no stop and no
+  - "The instance's state is read from the provider's own status words by the same table as the inventory plugins
+    (C(docs/providers.md)); RunPod's is the API v2 observed C(status) when RunPod answers C(GET /v2/pods/{id}), else
+    the v1 C(desiredStatus), the intent. The module waits only while the instance is C(starting) or C(stopping).
+    A state that does not change by itself (vast.ai C(frozen), C(exited), C(unknown), C(offline), an outbid bid
+    instance; Lambda C(unhealthy), C(preempted); RunPod C(ERROR), a pod that exited while it should run, a spot pod
+    the market stopped) is never waited out: the verb is called at once where the provider carries it out from
+    there (for example a stop of a frozen vast.ai instance), else the module fails at once (C(error_kind)
+    C(instance_unhealthy), C(instance_preempted) or C(instance_unknown)) with what the state means and what to do."
+  - A verb that the provider does not have fails with a clear message and calls nothing; so does one that is not
+    among the actions the provider lists as valid for the instance now, where it lists them (RunPod API v2
+    C(actions), Lambda C(actions)) - C(error_kind) C(action_not_available). Lambda has no stop and no
     start (only terminate). AutoDL Pro releases only a powered-off instance; the module never powers off implicitly
     before a release, so O(state=absent) on a running AutoDL instance fails and asks for O(state=stopped) first.
   - Run it on the controller (C(delegate_to localhost)); it needs no access to the instance itself.
@@ -59,9 +69,12 @@ options:
     description:
       - V(running) starts a stopped instance, V(stopped) stops it (its disk is kept and may still bill), V(absent)
         terminates it (RunPod terminate, vast.ai destroy, Lambda terminate, AutoDL release), which deletes its disks.
+      - V(restarted) restarts it where the provider has a verb for it (RunPod API v2 C(POST /v2/pods/{id}/action)
+        C(restart), vast.ai C(PUT /api/v0/instances/reboot/{id}/), Lambda C(POST /api/v1/instance-operations/restart);
+        AutoDL Pro has none) and waits until it runs again; it always acts (C(changed=true)).
     type: str
     required: true
-    choices: [running, stopped, absent]
+    choices: [running, stopped, absent, restarted]
   api_key:
     description:
       - The provider's API key.
@@ -142,6 +155,13 @@ EXAMPLES = r"""
     wait: false
   delegate_to: localhost
 
+- name: Reboot a vast.ai instance whose container exited (a crash)
+  remote_gpu.trainer.instance:
+    provider: vastai
+    id: "{{ vastai_instance_id }}"
+    state: restarted
+  delegate_to: localhost
+
 - name: Power off, then release, an AutoDL Pro instance
   remote_gpu.trainer.instance:
     provider: autodl
@@ -168,7 +188,9 @@ state:
   returned: always
   sample: stopped
 previous:
-  description: The state the provider reported before (running, stopped, absent or transition).
+  description:
+    - The state the provider reported before (running, stopped, absent, transition, or one that does not change by
+      itself - preempted, unhealthy, unknown).
   type: str
   returned: when the state could be read
   sample: running
@@ -178,10 +200,24 @@ current:
   returned: when the state could be read
   sample: stopped
 provider_status:
-  description: The provider's own status word at the end (RunPod C(desiredStatus), vast.ai C(actual_status), ...).
+  description:
+    - The provider's own status word at the end (RunPod API v2 C(status) with the v1 C(desiredStatus), vast.ai
+      C(actual_status) with C(intended_status), Lambda and AutoDL C(status)).
   type: str
   returned: when the state could be read
-  sample: EXITED
+  sample: EXITED (desired EXITED)
+provider_state:
+  description:
+    - The state at the end as the inventory plugins name it - running, starting, stopping, stopped, preempted,
+      unhealthy, terminated, unreachable_direct or unknown.
+  type: str
+  returned: when the state could be read
+  sample: stopped
+message:
+  description: What the instance's state meant and what to do, when it needed a person (preempted, unhealthy, ...).
+  type: str
+  returned: when the state needed a person
+  sample: vast.ai instance 9000011 is frozen (intended frozen) ...
 verb:
   description: The provider's verb called (or that would be called in check mode); null when nothing was to be done.
   type: str
@@ -216,8 +252,9 @@ identity:
 error_kind:
   description:
     - A stable code when the module failed, among them C(identity_mismatch), C(address_mismatch), C(instance_not_found),
-      C(instance_gone), C(identity_unreadable), C(nothing_to_verify), and the API's own (C(auth), C(http), C(absent),
-      C(unsupported), ...).
+      C(instance_gone), C(identity_unreadable), C(nothing_to_verify), C(instance_unhealthy), C(instance_preempted),
+      C(instance_unknown), C(action_not_available), C(not_reached) (the wait ended without the wanted state), and the API's own (C(auth),
+      C(http), C(absent), C(unsupported), ...).
   type: str
   returned: on failure
   sample: identity_mismatch
@@ -231,7 +268,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http i
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import (
     check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
-    PROVIDERS, Lifecycle, make_client, plan)
+    PROVIDERS, STUCK, Lifecycle, make_client, make_v2_client, plan)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_secrets
 
 
@@ -254,10 +291,14 @@ def run(module, result):
                               "match": expected["id"] == pid}
     check_id(provider, pid, expected, host)  # before any request: a wrong id is never touched
     client = make_client(provider, key, params["api_url"], retry_budget=params["retry_budget"])
-    life = Lifecycle(provider, client)
+    v2 = make_v2_client(key, params["api_url"], retry_budget=params["retry_budget"]) if provider == "runpod" else None
+    life = Lifecycle(provider, client, v2_client=v2)
     interval = max(0.05, float(params["poll_interval"]))
     current, raw = life.read(pid)
-    result.update(previous=current, current=current, provider_status=raw, found=life.found)
+    result.update(previous=current, current=current, provider_status=raw, found=life.found,
+                  provider_state=life.state["state"] if life.state else None)
+    if life.state and life.state.get("warning"):
+        module.warn(life.state["warning"])
     if expected["by"] is not None:
         check_found(provider, pid, life.found, current, host)
     if expected["by"] == "address":
@@ -267,10 +308,13 @@ def run(module, result):
                               "observed": "%s:%s" % observed if observed[0] else None}
         check_address(provider, pid, expected, observed, host)
         result["identity"]["match"] = True
-    if current == "transition" and params["wait"]:
+    if current == "transition" and params["wait"]:  # only starting/stopping: they end by themselves
         current, raw = life.settle(pid, params["timeout"], interval)
-        result.update(current=current, provider_status=raw)
-    request = plan(provider, state, current, pid)
+        result.update(current=current, provider_status=raw,
+                      provider_state=life.state["state"] if life.state else None)
+    if life.state and life.state.get("message"):
+        result["message"] = life.state["message"]
+    request = plan(provider, state, current, pid, life.state)
     if request is None:
         return result
     result.update(changed=True, verb=request["name"], request="%s %s" % (request["method"], request["path"]))
@@ -278,11 +322,21 @@ def run(module, result):
         return result
     life.act(request)
     if params["wait"]:
-        reached, current, raw = life.wait_for(pid, state, params["timeout"], interval)
-        result.update(current=current, provider_status=raw, waited=reached)
+        wanted = "running" if state == "restarted" else state
+        before = current
+        reached, current, raw = life.wait_for(pid, wanted, params["timeout"], interval, before=before)
+        result.update(current=current, provider_status=raw, waited=reached,
+                      provider_state=life.state["state"] if life.state else None)
+        what = (life.state or {}).get("message") or ""
+        if not reached and current in STUCK and current != before:
+            module.fail_json(msg="%s: called %s on %s, and the provider now reports %s (%s), which does not change "
+                                 "by itself, so the module stopped waiting. %s"
+                                 % (provider, request["name"], pid, current, raw, what),
+                             error_kind="instance_%s" % current, **result)
         if not reached:
-            module.fail_json(msg="%s: called %s on %s, but after %d s the provider still reports %s (%s), not %s."
-                                 % (provider, request["name"], pid, params["timeout"], current, raw, state), **result)
+            module.fail_json(msg="%s: called %s on %s, but after %d s the provider still reports %s (%s), not %s.%s"
+                                 % (provider, request["name"], pid, params["timeout"], current, raw, wanted,
+                                    (" " + what) if what else ""), error_kind="not_reached", **result)
     return result
 
 
@@ -291,7 +345,7 @@ def main():
         argument_spec=dict(
             provider=dict(type="str", required=True, choices=sorted(PROVIDERS)),
             id=dict(type="str", required=True),
-            state=dict(type="str", required=True, choices=["running", "stopped", "absent"]),
+            state=dict(type="str", required=True, choices=["running", "stopped", "absent", "restarted"]),
             api_key=dict(type="str", no_log=True),
             api_url=dict(type="str"),
             wait=dict(type="bool", default=True),

@@ -25,6 +25,9 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identi
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import PROVIDERS
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import without_secrets
 
+# states that a person should hear about when the instance is left out (a stopped or terminated one is expected)
+NOT_LISTED_WARN = ("starting", "stopping", "preempted", "unhealthy", "unreachable_direct", "unknown")
+
 # the host variable that carries each provider's instance id (runpod_pod_id, vastai_instance_id, ...)
 ID_VARS = {provider: row[0] for provider, row in CONSOLES.items()}
 
@@ -139,9 +142,22 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
                                        % (self.PROVIDER, len(skipped), "; ".join(skipped[:10])), None))
         strict = self.get_option("strict")
         filters = self.get_option("filters") or []
-        include_stopped = self.get_option("include_stopped")
+        listed = set(self.get_option("include_states") or [])
+        if self.get_option("include_stopped"):
+            listed.add("stopped")
         for host in unique_names(hosts):
-            if host["state"] == "stopped" and not include_stopped:
+            state = host["state"]
+            if host.get("warning"):
+                self.display.warning(scrub(host["warning"], None))
+            if state != "running" and state not in listed:
+                if state in NOT_LISTED_WARN:
+                    self.display.warning(
+                        "%s: instance %s (%s) is %s (%s), so it is not in the inventory: only running instances "
+                        "are, in the group '%s'. %s(include_states: [%s] lists it in the group '%s', with no "
+                        "address.)" % (self.PROVIDER, host["id"], host["name"], state,
+                                       host["hostvars"].get("provider_status") or "no status",
+                                       self.PROVIDER, (host.get("message") + " ") if host.get("message") else "",
+                                       state, state))
                 continue
             hostvars = dict(host["hostvars"])
             # the API this host came from, so that teardown's instance module talks to the same one (a proxy, the fake)
@@ -149,20 +165,16 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
             if not self._keep(host["name"], hostvars, filters):
                 continue
             name = self._unclashed(host["name"], host["id"])
-            if host["state"] == "ready":
-                group = self.PROVIDER
+            if state == "running":
+                groups = (self.PROVIDER, "running")
                 hostvars["ansible_host"] = host["address"]
                 hostvars["ansible_port"] = host["port"]
-            elif host["state"] == "starting":
-                group = "starting"
-                self.display.warning("%s: instance %s (%s) is %s with no SSH address yet; it is in the group "
-                                     "'starting', not '%s'." % (self.PROVIDER, host["id"], name,
-                                                                hostvars.get("provider_status") or "starting",
-                                                                self.PROVIDER))
-            else:
-                group = "stopped"
-            self.inventory.add_group(group)
-            self.inventory.add_host(name, group=group)
+            else:  # listed on demand (include_states), with no address: the provider's group (its profile's
+                # group_vars apply) and the group of its state, never the group running
+                groups = (self.PROVIDER, state)
+            for group in groups:
+                self.inventory.add_group(group)
+                self.inventory.add_host(name, group=group)
             for key, value in hostvars.items():
                 self.inventory.set_variable(name, key, value)
             self._set_composite_vars(self.get_option("compose"), hostvars, name, strict=strict)

@@ -61,21 +61,35 @@ def test_runpod_list_exact_hostvars_groups_and_starting(tmp_path, serve):
     fake = serve("runpod", records)
     proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "runpod") == ["train-1", "train-2"]
-    assert group_hosts(data, "starting") == ["train-3"]
-    assert "train-4" not in data["_meta"]["hostvars"]  # stopped: left out by default
+    assert group_hosts(data, "runpod") == ["train-1", "train-2"] == group_hosts(data, "running")
+    assert sorted(data["_meta"]["hostvars"]) == ["train-1", "train-2"]  # only running pods by default
     hv = dict(data["_meta"]["hostvars"]["train-2"])
     record = hv.pop("runpod")
     assert hv == {"ansible_host": "198.51.100.2", "ansible_port": 10342, "provider": "runpod",
-                  "provider_id": "fakepod0002", "provider_status": "RUNNING", "gpu_type": "H100 80GB HBM3",
-                  "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52, "interruptible": True,
-                  "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002", "provider_api_url": fake.url}
+                  "provider_id": "fakepod0002", "provider_status": "RUNNING", "provider_state": "running",
+                  "gpu_type": "H100 80GB HBM3", "gpu_count": 8, "region": "EU-RO-1", "price_per_hour": 21.52,
+                  "interruptible": True, "trainer_price_per_hour": 21.52, "runpod_pod_id": "fakepod0002",
+                  "provider_api_url": fake.url}
     assert record["portMappings"] == {"22": 10342} and "env" not in record
-    starting = data["_meta"]["hostvars"]["train-3"]
-    assert "ansible_host" not in starting and starting["provider_status"] == "RUNNING"
-    assert "fakepod0003" in proc.stderr and "'starting'" in proc.stderr
+    assert record["observed"]["status"] == "RUNNING" and "env" not in record["observed"]
+    assert "fakepod0003" in proc.stderr and "include_states" in proc.stderr and "starting" in proc.stderr
     assert "fake-env-secret" not in proc.stdout
-    assert [r["path"] for r in fake.api_requests()] == ["/v1/pods"]  # one request: the REST list is not paged
+    # the REST v1 list (not paged) and the v2 list, for the observed status
+    assert [r["path"] for r in fake.api_requests()] == ["/v1/pods", "/v2/pods"]
+    proc, data = inventory(write_config(tmp_path, "runpod", fake, "include_states: [starting]\n"), "runpod")
+    assert group_hosts(data, "starting") == ["train-3"] and group_hosts(data, "running") == ["train-1", "train-2"]
+    assert group_hosts(data, "runpod") == ["train-1", "train-2", "train-3"]  # listed on demand: its profile applies
+    starting = data["_meta"]["hostvars"]["train-3"]
+    assert "ansible_host" not in starting and starting["provider_state"] == "starting"
+
+
+def test_runpod_observed_status_off_reads_the_intent_only(tmp_path, serve):
+    fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341, observed="ERROR")])
+    proc, data = inventory(write_config(tmp_path, "runpod", fake, "observed_status: false\n"), "runpod")
+    assert group_hosts(data, "runpod") == ["train-1"], proc.stderr  # desiredStatus RUNNING: the intent only
+    assert [r["path"] for r in fake.api_requests()] == ["/v1/pods"]
+    proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
+    assert group_hosts(data, "runpod") == [] and "unhealthy" in proc.stderr  # observed ERROR: never running
 
 
 def test_runpod_include_stopped(tmp_path, serve):
@@ -130,13 +144,13 @@ def test_cache_second_run_makes_no_request(tmp_path, serve):
     second, data2 = inventory(config, "runpod")
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert data1 == data2 and "train-1" in data2["_meta"]["hostvars"]
-    assert len(fake.api_requests()) == 1
+    assert len(fake.api_requests()) == 2  # the first run only: GET /v1/pods and /v2/pods
     # A failed refresh does not overwrite the good cache: the next cached run still has the hosts, with no request.
     fake.inject({"status": 401})
     failed, _data = inventory(config, "runpod", "--flush-cache")
     assert failed.returncode != 0
     third, data3 = inventory(config, "runpod")
-    assert third.returncode == 0 and data3 == data1 and len(fake.api_requests()) == 2
+    assert third.returncode == 0 and data3 == data1 and len(fake.api_requests()) == 3  # v1 + v2, the failed v1
     assert KEY not in "".join(p.stdout + p.stderr for p in (first, second, failed, third))
     assert KEY not in "".join(f.read_text() for f in (tmp_path / "cache").iterdir())
 
@@ -148,20 +162,23 @@ def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):
                fake_api.vastai_instance(2, "ssh4.vast.ai", 31002, direct=False, bid=True, count=4, price=1.6),
                fake_api.vastai_instance(3, "198.51.100.13", 40003, status="loading")]
     fake = serve("vastai", records)
-    proc, data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    proc, data = inventory(write_config(tmp_path, "vastai", fake, "include_states: [starting]\n"), "vastai")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "vastai") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    assert group_hosts(data, "running") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
     hvs = data["_meta"]["hostvars"]
     assert (hvs["train-1"]["ansible_host"], hvs["train-1"]["ansible_port"]) == ("198.51.100.11", 40001)
     hv = dict(hvs["train-2"])
     record = hv.pop("vastai")
     assert hv == {"ansible_host": "ssh4.vast.ai", "ansible_port": 31002, "provider": "vastai", "provider_id": "9000002",
-                  "provider_status": "running", "gpu_type": "RTX_4090", "gpu_count": 4, "region": "Norway, NO",
-                  "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
+                  "provider_status": "running", "provider_state": "running", "gpu_type": "RTX_4090", "gpu_count": 4,
+                  "region": "Norway, NO", "price_per_hour": 1.6, "interruptible": True, "trainer_price_per_hour": 1.6,
                   "vastai_instance_id": "9000002", "provider_api_url": fake.url}
     assert record["ssh_port"] == 31002 and "extra_env" not in record and "jupyter_token" not in record
+    assert record["label"] == "train-2"  # kept for keyed_groups
     assert "fake-env-secret" not in proc.stdout and "fake-jupyter-token" not in proc.stdout
-    assert "9000003" in proc.stderr and "'starting'" in proc.stderr
+    assert data["_meta"]["hostvars"]["train-3"]["provider_state"] == "starting"
+    proc, data = inventory(write_config(tmp_path, "vastai", fake), "vastai")
+    assert "train-3" not in data["_meta"]["hostvars"] and "9000003" in proc.stderr and "starting" in proc.stderr
 
 
 def test_vastai_500_instances_over_20_pages_one_request_each(tmp_path, serve):
@@ -193,21 +210,37 @@ def test_lambda_list_exact_hostvars_booting_and_terminated(tmp_path, serve):
                fake_api.lambda_instance(3, None, status="booting"),
                fake_api.lambda_instance(4, "198.51.100.24", status="terminated")]
     fake = serve("lambda", records)
-    proc, data = inventory(write_config(tmp_path, "lambda", fake), "lambda")
+    proc, data = inventory(write_config(tmp_path, "lambda", fake, "include_states: [starting]\n"), "lambda")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "lambda") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
+    assert group_hosts(data, "running") == ["train-1", "train-2"] and group_hosts(data, "starting") == ["train-3"]
     assert "train-4" not in data["_meta"]["hostvars"]
     hv = dict(data["_meta"]["hostvars"]["train-2"])
     record = hv.pop("lambda")
     assert hv == {"ansible_host": "198.51.100.22", "ansible_port": 22, "provider": "lambda",
-                  "provider_id": records[1]["id"], "provider_status": "active", "gpu_type": "H100 (80 GB SXM5)",
-                  "gpu_count": 8, "region": "us-west-1", "price_per_hour": 23.92, "interruptible": False,
-                  "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"], "provider_api_url": fake.url,
-                  "lambda_nfs_name": "lab-nfs"}
+                  "provider_id": records[1]["id"], "provider_status": "active", "provider_state": "running",
+                  "gpu_type": "H100 (80 GB SXM5)", "gpu_count": 8, "region": "us-west-1", "price_per_hour": 23.92,
+                  "interruptible": False, "trainer_price_per_hour": 23.92, "lambda_instance_id": records[1]["id"],
+                  "provider_api_url": fake.url, "lambda_nfs_name": "lab-nfs", "lambda_durable_dir": "/lambda/nfs/lab-nfs"}
     assert record["instance_type"]["price_cents_per_hour"] == 2392 and "jupyter_token" not in record
     assert "fake-jupyter-token" not in proc.stdout
-    assert records[2]["id"] in proc.stderr and "'starting'" in proc.stderr
     assert [r["path"] for r in fake.api_requests()] == ["/api/v1/instances"]
+
+
+def test_lambda_durable_dir_from_file_system_mounts_and_tags_kept(tmp_path, serve):
+    record = fake_api.lambda_instance(1, "198.51.100.21")
+    record["file_system_mounts"] = [{"mount_point": "/data/lab-nfs", "file_system_id": "fs-0001"}]
+    record["tags"] = [{"key": "team", "value": "vision"}]
+    fake = serve("lambda", [record])
+    extra = "keyed_groups:\n  - key: lambda.tags | items2dict\n    prefix: tag\n"
+    proc, data = inventory(write_config(tmp_path, "lambda", fake, extra), "lambda")
+    assert proc.returncode == 0, proc.stderr
+    hv = data["_meta"]["hostvars"]["train-1"]
+    assert hv["lambda_durable_dir"] == "/data/lab-nfs" and hv["lambda"]["tags"] == [{"key": "team", "value": "vision"}]
+    assert group_hosts(data, "tag_team_vision") == ["train-1"]
+    proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(write_config(tmp_path, "lambda", fake)), "train-1",
+                           "-m", "ansible.builtin.debug", "-a", "var=trainer_durable_dir"], capture_output=True,
+                          text=True, cwd=REPO, env=ansible_env(LAMBDA_API_KEY=KEY), timeout=300, check=False)
+    assert "trainer_durable_dir: /data/lab-nfs" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_lambda_config_file_is_named_lambda_cloud(tmp_path, serve):
@@ -225,9 +258,9 @@ def test_autodl_list_snapshot_exact_hostvars_and_secrets_left_out(tmp_path, serv
                fake_api.autodl_instance(3, None, None, status="starting"),
                fake_api.autodl_instance(4, "connect.westb.seetacloud.com", 41004, status="shutdown")]
     fake = serve("autodl", records)
-    proc, data = inventory(write_config(tmp_path, "autodl", fake), "autodl")
+    proc, data = inventory(write_config(tmp_path, "autodl", fake, "include_states: [starting]\n"), "autodl")
     assert proc.returncode == 0, proc.stderr
-    assert group_hosts(data, "autodl") == ["autodl-pro-fake0000001", "autodl-pro-fake0000002"]
+    assert group_hosts(data, "running") == ["autodl-pro-fake0000001", "autodl-pro-fake0000002"]
     assert group_hosts(data, "starting") == ["autodl-pro-fake0000003"]
     hv = dict(data["_meta"]["hostvars"]["autodl-pro-fake0000002"])
     record = hv.pop("autodl")
@@ -276,7 +309,7 @@ def test_autodl_error_code_on_a_snapshot_fails_the_whole_source(tmp_path, serve)
 # --- errors, every provider ---------------------------------------------------------------------------------------
 
 PROVIDERS = ("runpod", "vastai", "lambda", "autodl")
-BASE_REQUESTS = {"autodl": 2}  # the list, and the running instance's snapshot
+BASE_REQUESTS = {"autodl": 2, "runpod": 2}  # AutoDL: the list and the running snapshot; RunPod: v1 and v2 lists
 
 
 def one_record(provider):
@@ -348,6 +381,7 @@ def test_slow_answer_times_out_then_retries(tmp_path, serve, provider):
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_wrong_shape_is_a_clear_error(tmp_path, serve, provider):
     fake = serve(provider, [])
+    fake.off_spec("the answer has the wrong shape on purpose")
     fake.answer = lambda path, query, *rest: (200, {"unexpected": True} if provider == "runpod" else [1, 2])
     proc, _data = inventory(write_config(tmp_path, provider, fake), provider)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
@@ -357,6 +391,7 @@ def test_wrong_shape_is_a_clear_error(tmp_path, serve, provider):
 
 def test_malformed_record_is_skipped_and_named(tmp_path, serve):
     fake = serve("runpod", [fake_api.runpod_pod(1, "198.51.100.1", 10341), {"name": "no id"}, "junk"])
+    fake.off_spec("two records are malformed on purpose")
     proc, data = inventory(write_config(tmp_path, "runpod", fake), "runpod")
     assert proc.returncode == 0, proc.stderr
     assert group_hosts(data, "runpod") == ["train-1"]

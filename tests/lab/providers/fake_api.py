@@ -32,8 +32,11 @@ By hand: ``python3 fake_api.py vastai --key K --hosts 127.0.10.2:22,127.0.10.3:2
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import json
+import os
+import sys
 import threading
 import time
 import urllib.parse
@@ -48,9 +51,15 @@ ID_KEY = {"runpod": "id", "vastai": "id", "lambda": "id", "autodl": "uuid"}
 # --- records in the real shapes (only ids and addresses are ours) ---------------------------------------------
 
 def runpod_pod(index, host, port, status="RUNNING", name=None, gpu="NVIDIA H100 80GB HBM3", count=1,
-               datacenter="EU-RO-1", price=2.69, interruptible=False, ready=True):
-    """One item of RunPod REST ``GET /v1/pods`` (openapi Pod schema, docs.runpod.io/api-reference)."""
-    return {
+               datacenter="EU-RO-1", price=2.69, interruptible=False, ready=True, observed=None,
+               ports=("8888/http", "22/tcp")):
+    """One item of RunPod REST ``GET /v1/pods`` (openapi Pod schema, docs.runpod.io/api-reference).
+
+    ``observed`` is the pod's REST v2 ``status`` (PROVISIONING, STARTING, RUNNING, EXITED, ERROR, TERMINATED), which
+    ``GET /v2/pods`` serves; by default it follows ``status`` (RUNNING and not ready: STARTING)."""
+    if observed is None:
+        observed = {"RUNNING": "RUNNING" if ready else "STARTING"}.get(status, status)
+    record = {
         "id": "fakepod%04d" % index,
         "name": name if name is not None else "train-%d" % index,
         "image": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
@@ -66,8 +75,8 @@ def runpod_pod(index, host, port, status="RUNNING", name=None, gpu="NVIDIA H100 
         "volumeInGb": 20,
         "volumeMountPath": "/workspace",
         "volumeEncrypted": False,
-        "ports": ["8888/http", "22/tcp"],
-        "portMappings": {"22": port} if ready else None,
+        "ports": list(ports),
+        "portMappings": {"22": port} if ready and "22/tcp" in ports else None,
         "publicIp": host if ready else None,
         "env": {"JUPYTER_PASSWORD": "fake-env-secret-%d" % index},
         "interruptible": interruptible,
@@ -75,24 +84,62 @@ def runpod_pod(index, host, port, status="RUNNING", name=None, gpu="NVIDIA H100 
         "gpu": {"id": gpu, "count": count, "displayName": gpu.replace("NVIDIA ", "")},
         "machine": {"dataCenterId": datacenter, "location": datacenter.split("-")[0], "gpuDisplayName":
                     gpu.replace("NVIDIA ", ""), "secureCloud": True, "supportPublicIp": True},
-        "templateId": None,
-        "networkVolumeId": None,
         "lastStartedAt": "2026-11-30 08:00:00.000 +0000 UTC",
         "lastStatusChange": "Rented by User: Mon Nov 30 2026 08:00:00 GMT+0000",
+        "_observed": observed,
+    }
+    return record
+
+
+def runpod_v2(record):
+    """The REST v2 view (runpod-v2.json Pod) of a v1 record: the observed ``status``, the valid ``actions`` and the
+    ``ssh`` endpoints (``direct`` only for a running pod that maps 22/tcp on a public IP)."""
+    status = record.get("_observed") or "RUNNING"
+    running = status == "RUNNING"
+    mapped = (record.get("portMappings") or {}).get("22")
+    direct = None
+    if running and record.get("publicIp") and mapped and "22/tcp" in (record.get("ports") or []):
+        direct = {"host": record["publicIp"], "port": int(mapped), "username": "root",
+                  "command": "ssh root@%s -p %s" % (record["publicIp"], mapped)}
+    actions = {"RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"],
+               "ERROR": ["restart", "stop", "terminate"], "TERMINATED": []}.get(status, ["terminate"])
+    gpu = record.get("gpu") or {}
+    return {
+        "id": record["id"], "name": record.get("name") or "", "status": status, "actions": actions,
+        "image": record.get("image") or "", "args": "", "disk": int(record.get("containerDiskInGb") or 1),
+        "mounts": {}, "ports": list(record.get("ports") or []), "env": dict(record.get("env") or {}),
+        "registry": None, "cloud": "SECURE", "dataCenterId": (record.get("machine") or {}).get("dataCenterId"),
+        "cudaVersion": "12.8",
+        "ssh": {"proxy": {"host": "ssh.runpod.io", "port": 22, "username": "%s-64411eb2" % record["id"],
+                          "command": "ssh %s-64411eb2@ssh.runpod.io" % record["id"]}, "direct": direct},
+        "gpu": {"id": gpu.get("id") or "NVIDIA H100 80GB HBM3", "count": int(gpu.get("count") or 1)},
+        "template": None, "cost": float(record.get("costPerHr") or 0) if running else 0.0,
+        "locked": bool(record.get("locked")), "runtime": {"uptime": 3600, "ports": []} if running else None,
+        "createdAt": "2026-11-30T08:00:00Z", "startedAt": "2026-11-30T08:00:00Z" if running else None,
+        "globalNetworking": {"enabled": False},
     }
 
 
 def vastai_instance(index, host, port, direct=True, status="running", label=None, gpu="RTX_4090", count=1,
-                    geo="Norway, NO", price=0.4, bid=False, runtype="ssh_direc ssh_proxy"):
-    """One item of vast.ai ``GET /api/v1/instances/`` (the fields vast-cli reads: vast.py instance_fields, _ssh_url)."""
+                    geo="Norway, NO", price=0.4, bid=False, runtype="ssh_direc ssh_proxy", intended=None, cur=None):
+    """One item of vast.ai ``GET /api/v1/instances/`` (the fields vast-cli reads: vast.py instance_fields, _ssh_url).
+
+    ``status`` is ``actual_status`` (vast's list: loading, running, stopped, frozen, exited, rebooting, unknown,
+    offline); ``intended`` (``intended_status``) defaults to running for a box that runs, loads or crashed, frozen
+    for a frozen one, else stopped; ``cur`` (``cur_state``) to running, or stopped for a stopped box."""
+    if intended is None:
+        intended = {"running": "running", "loading": "running", "exited": "running", "unknown": "running",
+                    "offline": "running", "rebooting": "running", "frozen": "frozen"}.get(status, "stopped")
+    if cur is None:
+        cur = "stopped" if status == "stopped" else "running"
     return {
         "id": 9000000 + index,
         "label": label if label is not None else "train-%d" % index,
         "machine_id": 10000 + index,
         "host_id": 200 + index,
         "actual_status": status,
-        "intended_status": "running" if status in ("running", "loading") else "stopped",
-        "cur_state": status,
+        "intended_status": intended,
+        "cur_state": cur,
         "status_msg": "success, running fake/image",
         "num_gpus": count,
         "gpu_name": gpu,
@@ -151,6 +198,43 @@ def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_
                     "restart": {"available": True}, "cold_reboot": {"available": True},
                     "terminate": {"available": True}},
     }
+
+
+# Odd states on demand: ``odd(provider, name, index, host, port)`` -> a record in that state, as the provider's
+# documents describe it (see docs/providers.md for what the collection makes of each).
+ODD_STATES = {
+    "runpod": {
+        "starting": dict(ready=False, observed="STARTING"),
+        "error": dict(observed="ERROR"),                                # container in an unrecoverable error
+        "crashed": dict(observed="EXITED"),                             # exited while desired RUNNING
+        "preempted": dict(observed="EXITED", interruptible=True),       # a spot pod the market stopped
+        "no_public_port": dict(ports=("8888/http",)),                   # runs, but 22/tcp is not exposed
+        "stopped": dict(status="EXITED"),
+    },
+    "vastai": {
+        "loading": dict(status="loading"),
+        "frozen": dict(status="frozen"),
+        "exited": dict(status="exited"),                                # crashed while intended running
+        "unknown": dict(status="unknown"),
+        "offline": dict(status="offline"),
+        "outbid": dict(status="stopped", bid=True, intended="running"),  # a bid instance paused by the market
+        "stopped": dict(status="stopped"),
+    },
+    "lambda": {
+        "booting": dict(status="booting"),
+        "unhealthy": dict(status="unhealthy"),
+        "preempted": dict(status="preempted"),
+        "terminating": dict(status="terminating"),
+    },
+}
+
+
+def odd(provider, name, index, host, port=22):
+    """One record of ``provider`` in the odd state ``name`` (a key of ODD_STATES[provider])."""
+    if provider == "lambda":
+        return lambda_instance(index, host, **ODD_STATES["lambda"][name])
+    make = {"runpod": runpod_pod, "vastai": vastai_instance}[provider]
+    return make(index, host, port, **ODD_STATES[provider][name])
 
 
 def autodl_instance(index, host, port, status="running", gpu_spec="v-48g", gpu="RTX 4090D", gpus=1,
@@ -225,7 +309,7 @@ def _public(record):
 # --- the server -----------------------------------------------------------------------------------------------
 
 class FakeAPI:
-    def __init__(self, provider, api_key, records=(), host="127.0.0.1", port=0):
+    def __init__(self, provider, api_key, records=(), host="127.0.0.1", port=0, validate=True):
         if provider not in PROVIDERS:
             raise ValueError("provider must be one of %s" % ", ".join(PROVIDERS))
         self.provider = provider
@@ -234,6 +318,8 @@ class FakeAPI:
         self.faults = []
         self.log = []
         self.on_lifecycle = None
+        self.violations = []
+        self.check = _checker(provider) if validate else None
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer((host, port), _handler(self))
         self.server.daemon_threads = True
@@ -256,8 +342,28 @@ class FakeAPI:
         return self
 
     def stop(self):
+        """Stop serving; AssertionError when an answer it served broke the provider's published document."""
         self.server.shutdown()
         self.server.server_close()
+        if self.violations:
+            raise AssertionError("the fake %s API served %d answer(s) that its OpenAPI document does not allow "
+                                 "(tests/fixtures/openapi):\n%s" % (self.provider, len(self.violations),
+                                                                    "\n".join(self.violations[:20])))
+
+    def off_spec(self, reason):
+        """Serve without checking against the document, for a test that breaks it on purpose (``reason`` says how:
+        a garbled body, a malformed record)."""
+        self.check = None
+        self.off_spec_reason = reason
+
+    def validate(self, method, path, status, answer, data):
+        """Hold one served answer to the document (OpenAPICheck); a problem is kept in ``violations``."""
+        if self.check is None:
+            return
+        problems = self.check.answer(method, path, status, answer, data)
+        if problems:
+            with self.lock:
+                self.violations.extend(problems)
 
     def inject(self, *faults):
         with self.lock:
@@ -296,7 +402,19 @@ class FakeAPI:
         handler = getattr(self, "_answer_" + self.provider)
         return handler(path.rstrip("/"), query, method, body if isinstance(body, dict) else {})
 
+    def _runpod_verb(self, record, verb):
+        """start, stop, restart or terminate, as RunPod's documents describe them: stop -> desired and observed
+        EXITED; start and restart -> RUNNING; terminate -> the pod is gone (its GET answers 404)."""
+        if verb == "terminate":
+            self.records.remove(record)
+            record["desiredStatus"] = record["_observed"] = "TERMINATED"
+        else:
+            record["desiredStatus"] = record["_observed"] = "EXITED" if verb == "stop" else "RUNNING"
+        self.lifecycle(record, verb if verb != "restart" else "start")
+
     def _answer_runpod(self, path, query, method, body):
+        if path.startswith("/v2/"):
+            return self._answer_runpod_v2(path, method, body)
         if path == "/v1/pods" and method == "GET":
             return 200, [_public(r) for r in self.records]
         parts = path.split("/")  # ['', 'v1', 'pods', id, verb?]
@@ -309,20 +427,45 @@ class FakeAPI:
         if method == "GET" and verb is None:
             return 200, _public(record)
         if method == "DELETE" and verb is None:
-            self.records.remove(record)
-            record["desiredStatus"] = "TERMINATED"
-            self.lifecycle(record, "terminate")
-            return 200, {}
+            self._runpod_verb(record, "terminate")
+            return 204, None  # "Pod successfully deleted." with no body
         if method == "POST" and verb in ("stop", "start"):
-            record["desiredStatus"] = "EXITED" if verb == "stop" else "RUNNING"
-            self.lifecycle(record, verb)
+            self._runpod_verb(record, verb)
             return 200, _public(record)
         return 404, {"error": "not found"}
+
+    def _answer_runpod_v2(self, path, method, body):
+        def problem(status, title):
+            return status, {"type": "about:blank", "title": title, "status": status, "detail": title}
+        if path == "/v2/pods" and method == "GET":
+            return 200, {"pods": [runpod_v2(r) for r in self.records]}
+        parts = path.split("/")  # ['', 'v2', 'pods', id, 'action'?]
+        if len(parts) not in (4, 5) or parts[:3] != ["", "v2", "pods"]:
+            return problem(404, "Not Found")
+        record = self.find(parts[3])
+        if record is None:
+            return problem(404, "Pod not found")
+        if len(parts) == 4 and method == "GET":
+            return 200, runpod_v2(record)
+        if len(parts) == 4 and method == "DELETE":
+            self._runpod_verb(record, "terminate")
+            return 204, None
+        if len(parts) == 5 and parts[4] == "action" and method == "POST":
+            action = body.get("action")
+            if action not in ("start", "stop", "restart", "terminate"):
+                return problem(422, "action must be start, stop, restart or terminate")
+            if action not in runpod_v2(record)["actions"]:
+                return problem(409, "Action not valid for current pod status")
+            self._runpod_verb(record, action)
+            return (204, None) if action == "terminate" else (200, runpod_v2(record))
+        return problem(404, "Not Found")
 
     def _answer_vastai(self, path, query, method, body):
         parts = path.split("/")  # ['', 'api', 'v0', 'instances', id]
         if len(parts) == 5 and parts[:4] == ["", "api", "v0", "instances"]:
             record = self.find(parts[4])
+            if record is None and method == "GET":
+                return 200, {"instances": None}  # vast-cli show__instance: "not found or no longer exists"
             if record is None:
                 return 404, {"success": False, "error": "no_such_instance", "msg": "Instance not found."}
             if method == "GET":
@@ -334,10 +477,21 @@ class FakeAPI:
             if method == "PUT" and body.get("state") in ("stopped", "running"):
                 running = body["state"] == "running"
                 record["intended_status"] = body["state"]
-                record["actual_status"] = record["cur_state"] = "running" if running else "exited"
+                # a stop is "stopped" (vast's docs: halted, disk kept); "exited" is a crash, never a stop
+                record["actual_status"] = record["cur_state"] = "running" if running else "stopped"
                 self.lifecycle(record, "start" if running else "stop")
                 return 200, {"success": True}
-            return 400, {"success": False, "error": "invalid_args"}
+            return 400, {"success": False, "error": "invalid_args", "msg": "state must be running or stopped"}
+        if len(parts) == 6 and parts[:4] == ["", "api", "v0", "instances"] and parts[4] == "reboot" \
+                and method == "PUT":
+            record = self.find(parts[5])
+            if record is None:
+                return 400, {"success": False, "error": "invalid_args", "msg": "invalid instance_id"}
+            if record["actual_status"] in ("unknown", "offline"):
+                return 400, {"success": False, "error": "invalid_args", "msg": "the host is not reachable"}
+            record["actual_status"] = record["cur_state"] = record["intended_status"] = "running"
+            self.lifecycle(record, "start")
+            return 200, {"success": True}
         if path != "/api/v1/instances" or method != "GET":
             return 404, {"error": "not found"}
         try:
@@ -353,16 +507,26 @@ class FakeAPI:
         return 200, {"instances": page, "next_token": "t%d" % (start + limit) if more else None,
                      "total_instances": len(ordered), "label_counts": {}}
 
+    @staticmethod
+    def _lambda_read(record):
+        """A terminate leaves the instance ``terminating`` for one read, then ``terminated`` (Lambda's lifecycle)."""
+        if record.get("_terminating_reads"):
+            record["_terminating_reads"] -= 1
+        elif record.get("status") == "terminating" and "_terminating_reads" in record:
+            record["status"] = "terminated"
+        return _public(record)
+
     def _answer_lambda(self, path, query, method, body):
         if path == "/api/v1/instances" and method == "GET":
-            return 200, {"data": [_public(r) for r in self.records]}
+            return 200, {"data": [self._lambda_read(r) for r in self.records]}
         if path.startswith("/api/v1/instances/") and method == "GET":
             record = self.find(path.rsplit("/", 1)[1])
             if record is None:
                 return 404, {"error": {"code": "global/object-does-not-exist",
                                        "message": "Specified instance does not exist."}}
-            return 200, {"data": _public(record)}
-        if path == "/api/v1/instance-operations/terminate" and method == "POST":
+            return 200, {"data": self._lambda_read(record)}
+        verb = path.rsplit("/", 1)[1] if path.startswith("/api/v1/instance-operations/") else None
+        if verb in ("terminate", "restart") and method == "POST":
             ids = body.get("instance_ids")
             if not isinstance(ids, list) or not ids:
                 return 400, {"error": {"code": "global/invalid-parameters", "message": "instance_ids is required"}}
@@ -370,8 +534,14 @@ class FakeAPI:
             if any(r is None for r in records):
                 return 404, {"error": {"code": "global/object-does-not-exist",
                                        "message": "Specified instance does not exist."}}
+            if verb == "restart":
+                for record in records:
+                    record["status"] = "active"
+                    self.lifecycle(record, "start")
+                return 200, {"data": {"restarted_instances": [_public(r) for r in records]}}
             for record in records:
-                record["status"] = "terminated"
+                record["status"] = "terminating"
+                record["_terminating_reads"] = 1
                 self.lifecycle(record, "terminate")
             return 200, {"data": {"terminated_instances": [_public(r) for r in records]}}
         return 404, {"error": {"code": "global/not-found", "message": "not found"}}
@@ -407,7 +577,7 @@ class FakeAPI:
             return ok(record["status"])
         if verb in ("power_off", "power_on", "release") and method == "POST":
             if verb == "release":
-                if record["status"] != "shutdown":
+                if record["status"] not in ("shutdown", "stopped"):  # powered off
                     return err("InstanceNotShutdown", "实例未关机, 请先关机再释放")
                 self.records.remove(record)
                 record["status"] = "released"
@@ -417,6 +587,19 @@ class FakeAPI:
             self.lifecycle(record, "stop" if verb == "power_off" else "start")
             return ok(None)
         return 404, {"code": "NotFound", "msg": "not found"}
+
+
+def _checker(provider):
+    """The OpenAPICheck of ``provider`` (openapi_check.py beside this file; it needs jsonschema)."""
+    spec = importlib.util.spec_from_file_location("openapi_check", os.path.join(os.path.dirname(__file__),
+                                                                                "openapi_check.py"))
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as err:
+        raise RuntimeError("fake_api: validating answers against the providers' OpenAPI documents needs jsonschema "
+                           "(%s); install requirements-dev.txt, or pass validate=False" % err) from None
+    return module.OpenAPICheck(provider)
 
 
 def _handler(fake):
@@ -472,6 +655,8 @@ def _handler(fake):
             if parsed.path.startswith("/_fake/"):
                 if method == "GET" and parsed.path == "/_fake/requests":
                     return self._send(200, fake.api_requests())
+                if method == "GET" and parsed.path == "/_fake/violations":
+                    return self._send(200, list(fake.violations))
                 if method == "POST":
                     return self._control(parsed.path, body)
                 return self._send(404, {"error": "not found"})
@@ -497,6 +682,7 @@ def _handler(fake):
             with fake.lock:
                 status, answer = fake.answer(parsed.path, query, method, body)
             data = b"" if answer is None else json.dumps(answer).encode()  # None: an empty body
+            fake.validate(method, parsed.path, status, answer, data)
             if fault and fault.get("truncate"):
                 return self._send(status, None, raw=data[:len(data) // 2], announce=len(data))
             if fault and fault.get("malformed"):
@@ -528,7 +714,12 @@ def main():
     parser.add_argument("--count", type=int, default=0, help="that many more instances at 127.0.0.1:22")
     args = parser.parse_args()
     pairs = parse_hosts(args.hosts) + [("127.0.0.1", 22)] * args.count
-    fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port)
+    try:
+        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port)
+    except RuntimeError as err:  # no jsonschema in this interpreter: serve, unchecked, and say so
+        print(err, file=sys.stderr)
+        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port,
+                       validate=False)
     print(fake.url, flush=True)
     try:
         fake.server.serve_forever()

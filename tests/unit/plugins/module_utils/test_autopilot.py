@@ -423,3 +423,50 @@ def test_every_profile_says_whether_its_park_keeps_the_data_disk(profile):
         park = yaml.safe_load(handle)["trainer_park"]
     assert (park["keeps_data_disk"], park.get("release_days")) == KEEPS_DATA_DISK[profile]
     assert park["keeps_data_disk"] is False or park["verb"] != "none"  # only a park can keep anything
+
+
+# --- preemption (issue 31): provider_state from an inventory plugin ------------------------------------------------
+
+VAST_PREEMPTED = {"state": "preempted", "provider": "vastai", "id": "9000001", "status": "stopped",
+                  "message": "vast.ai interruptible (bid) instance 9000001 is stopped (intended running): it was "
+                             "outbid.", "durable_dir": "/workspace/durable"}
+LAMBDA_PREEMPTED = {"state": "preempted", "provider": "lambda", "id": "0920582c", "status": "preempted",
+                    "message": "Lambda instance 0920582c is preempted: Lambda took it back.",
+                    "durable_dir": "/lambda/nfs/lab"}
+UNREACHABLE = {"unreachable": True, "msg": "Failed to connect to the host via ssh"}
+
+
+def test_a_preempted_bid_instance_is_one_preempted_event_not_unreachable_then_heals_when_it_is_back():
+    history = [rec(NOW - 600, "running")]
+    found = ap.decide("h", UNREACHABLE, history, ON, RUNPOD[0], NOW, billing={"price": 0.05, "currency": "USD"},
+                      park=RUNPOD[1], provider=VAST_PREEMPTED)
+    assert (found["state"], found["action"]) == ("preempted", "none")
+    assert [e["kind"] for e in found["events"]] == ["preempted"]
+    assert "outbid" in found["reason"] and "0.05 USD/h" in found["reason"] and "durable checkpoint" in found["reason"]
+    # the next tick, still preempted: no second event
+    again = ap.decide("h", UNREACHABLE, history + [rec(NOW, "preempted")], ON, RUNPOD[0], NOW + 60,
+                      park=RUNPOD[1], provider=VAST_PREEMPTED)
+    assert again["state"] == "preempted" and again["events"] == []
+    # back (the bid won again, the box rebooted): its job is gone, so it is healed, and the host recovered
+    back = ap.decide("h", probe([item("000")]), history + [rec(NOW, "preempted")], ON, RUNPOD[0], NOW + 120,
+                     park=RUNPOD[1], provider=dict(VAST_PREEMPTED, state="running"))
+    assert (back["action"], back["state"], back["item"]) == ("heal", "gone:001", "001"), back
+    assert "from item 001" in back["reason"]
+
+
+def test_a_preempted_lambda_instance_escalates_once_with_the_relaunch_commands():
+    history = [rec(NOW - 600, "running")]
+    found = ap.decide("h", UNREACHABLE, history, ON, LAMBDA[0], NOW, park=LAMBDA[1], provider=LAMBDA_PREEMPTED)
+    assert (found["state"], found["action"]) == ("preempted_escalated", "escalate")
+    assert [e["kind"] for e in found["events"]] == ["escalated"]
+    for words in ("does not come back", "playbooks/launch.yml -l <new host>", "/lambda/nfs/lab",
+                  "provider=lambda id=0920582c state=absent"):
+        assert words in found["reason"]
+    again = ap.decide("h", UNREACHABLE, history + [rec(NOW, "preempted_escalated")], ON, LAMBDA[0], NOW + 60,
+                      park=LAMBDA[1], provider=LAMBDA_PREEMPTED)
+    assert again["events"] == []
+
+
+def test_a_static_inventory_host_without_provider_facts_is_still_unreachable():
+    found = ap.decide("h", UNREACHABLE, [rec(NOW - 600, "running")], ON, RUNPOD[0], NOW, park=RUNPOD[1])
+    assert found["state"] == "unreachable"

@@ -22,7 +22,7 @@ def test_runpod_ready_pod_is_addressed_at_public_ip_and_port_mapped_to_22():
     pod["portMappings"] = {"8888": 10340, "22": 10341}
     host = ph.runpod_host(pod)
     assert (host["state"], host["address"], host["port"], host["name"], host["id"]) == \
-        ("ready", "198.51.100.7", 10341, "train-1", "fakepod0001")
+        ("running", "198.51.100.7", 10341, "train-1", "fakepod0001")
     hv = host["hostvars"]
     assert {k: hv[k] for k in ("provider", "provider_id", "provider_status", "gpu_type", "gpu_count", "region",
                                "price_per_hour", "interruptible", "trainer_price_per_hour")} == {
@@ -49,8 +49,8 @@ def test_runpod_running_pod_without_ip_or_22_mapping_is_starting(change):
     assert (host["state"], host["address"], host["port"]) == ("starting", None, None)
 
 
-@pytest.mark.parametrize("status,state", [("EXITED", "stopped"), ("TERMINATED", "stopped"), ("CREATED", "starting"),
-                                          (None, "starting")])
+@pytest.mark.parametrize("status,state", [("EXITED", "stopped"), ("TERMINATED", "terminated"), ("CREATED", "unknown"),
+                                          (None, "unknown")])
 def test_runpod_status_to_state(status, state):
     pod = fake.runpod_pod(3, "198.51.100.9", 10343, status=status)
     host = ph.runpod_host(pod)
@@ -89,7 +89,7 @@ def test_vastai_direct_22_mapping_wins():
     assert ph.vastai_ssh(inst) == ("198.51.100.20", 40022)
     host = ph.vastai_host(inst)
     assert (host["state"], host["address"], host["port"], host["name"], host["id"]) == \
-        ("ready", "198.51.100.20", 40022, "train-1", "9000001")
+        ("running", "198.51.100.20", 40022, "train-1", "9000001")
 
 
 def test_vastai_proxy_when_no_direct_mapping():
@@ -112,10 +112,12 @@ def test_vastai_direct_mapping_present_but_empty_is_not_an_address():
 
 def test_vastai_loading_and_stopped():
     assert ph.vastai_host(fake.vastai_instance(4, "h", 1, status="loading"))["state"] == "starting"
-    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited"))["state"] == "stopped"
+    # a stop that the container shows as exited is a stop; exited while it should run is a crash (unhealthy)
+    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited", intended="stopped"))["state"] == "stopped"
+    assert ph.vastai_host(fake.vastai_instance(5, "h", 1, status="exited"))["state"] == "unhealthy"
     inst = fake.vastai_instance(6, "h", 1)
-    inst["intended_status"] = "stopped"
-    assert ph.vastai_host(inst)["state"] == "stopped"
+    inst["intended_status"] = "stopped"  # asked to stop, still running: on its way down
+    assert ph.vastai_host(inst)["state"] == "stopping"
 
 
 def test_vastai_hostvars_and_secrets_left_out():
@@ -146,7 +148,7 @@ def test_unique_names_suffix_ids_of_shared_names():
 def test_lambda_active_instance_is_addressed_at_ip_port_22():
     inst = fake.lambda_instance(1, "198.51.100.31", gpus=8, cents=2392, gpu="H100 (80 GB SXM5)")
     host = ph.lambda_host(inst)
-    assert (host["state"], host["address"], host["port"], host["name"]) == ("ready", "198.51.100.31", 22, "train-1")
+    assert (host["state"], host["address"], host["port"], host["name"]) == ("running", "198.51.100.31", 22, "train-1")
     hv = host["hostvars"]
     assert (hv["gpu_type"], hv["gpu_count"], hv["region"], hv["price_per_hour"], hv["interruptible"],
             hv["lambda_instance_id"]) == ("H100 (80 GB SXM5)", 8, "us-east-1", 23.92, False, inst["id"])
@@ -154,12 +156,14 @@ def test_lambda_active_instance_is_addressed_at_ip_port_22():
 
 
 @pytest.mark.parametrize("status,ip,state", [("booting", None, "starting"), ("active", None, "starting"),
-                                             ("active", "", "starting"), ("unhealthy", "198.51.100.1", "ready"),
-                                             ("terminating", "198.51.100.1", "stopped"),
-                                             ("terminated", "198.51.100.1", "stopped"), (None, None, "starting")])
+                                             ("active", "", "starting"), ("unhealthy", "198.51.100.1", "unhealthy"),
+                                             ("terminating", "198.51.100.1", "stopping"),
+                                             ("terminated", "198.51.100.1", "terminated"), (None, None, "unknown"),
+                                             ("preempted", "198.51.100.1", "preempted")])
 def test_lambda_status_to_state(status, ip, state):
     host = ph.lambda_host(fake.lambda_instance(2, ip, status=status))
-    assert host["state"] == state and (host["address"] is None) == (state != "ready")
+    assert host["state"] == state and (host["address"] is None) == (state != "running")
+    assert host["hostvars"]["provider_state"] == state
 
 
 def test_lambda_missing_type_and_region_are_none():
@@ -179,15 +183,15 @@ def autodl_record(*args, **kw):
 def test_autodl_running_instance_is_addressed_at_the_snapshot_proxy():
     host = ph.autodl_host(autodl_record(1, "connect.westb.seetacloud.com", 41001, payg_milli=1880))
     assert (host["state"], host["address"], host["port"], host["id"]) == \
-        ("ready", "connect.westb.seetacloud.com", 41001, "pro-fake0000001")
+        ("running", "connect.westb.seetacloud.com", 41001, "pro-fake0000001")
     hv = host["hostvars"]
     assert (hv["gpu_type"], hv["gpu_count"], hv["region"], hv["price_per_hour"], hv["interruptible"],
             hv["autodl_instance_uuid"]) == ("RTX 4090D", 1, "西北B区", 1.88, False, "pro-fake0000001")
     assert "root_password" not in hv["autodl"]["snapshot"] and "ssh_command" not in hv["autodl"]["snapshot"]
 
 
-@pytest.mark.parametrize("status,state", [("shutdown", "stopped"), ("released", "stopped"),
-                                          ("starting", "starting"), ("creating", "starting"), (None, "starting")])
+@pytest.mark.parametrize("status,state", [("shutdown", "stopped"), ("stopped", "stopped"), ("released", "terminated"),
+                                          ("starting", "starting"), ("creating", "starting"), (None, "unknown")])
 def test_autodl_status_to_state(status, state):
     assert ph.autodl_host(autodl_record(2, "h", 41002, status=status))["state"] == state
 

@@ -58,13 +58,22 @@ def test_absent_instance_cannot_be_stopped():
 
 
 @pytest.mark.parametrize("provider,record,state", [
-    ("runpod", {"desiredStatus": "RUNNING"}, "running"), ("runpod", {"desiredStatus": "EXITED"}, "stopped"),
-    ("runpod", {"desiredStatus": "TERMINATED"}, "absent"), ("runpod", {"desiredStatus": "CREATED"}, "transition"),
+    ("runpod", {"desiredStatus": "RUNNING", "publicIp": "198.51.100.7", "portMappings": {"22": 1}}, "running"),
+    ("runpod", {"desiredStatus": "RUNNING"}, "transition"),  # the intent only, no address yet
+    ("runpod", {"desiredStatus": "RUNNING", "observed": {"status": "RUNNING", "ssh": {"direct": {}}}}, "running"),
+    ("runpod", {"desiredStatus": "RUNNING", "observed": {"status": "ERROR"}}, "unhealthy"),
+    ("runpod", {"desiredStatus": "RUNNING", "interruptible": True, "observed": {"status": "EXITED"}}, "preempted"),
+    ("runpod", {"desiredStatus": "EXITED"}, "stopped"),
+    ("runpod", {"desiredStatus": "TERMINATED"}, "absent"), ("runpod", {"desiredStatus": "CREATED"}, "unknown"),
+    ("vastai", {"actual_status": "frozen", "intended_status": "frozen"}, "unhealthy"),
+    ("vastai", {"actual_status": "stopped", "intended_status": "running", "is_bid": True}, "preempted"),
     ("vastai", {"actual_status": "running", "intended_status": "running"}, "running"),
     ("vastai", {"actual_status": "running", "intended_status": "stopped"}, "transition"),
     ("vastai", {"actual_status": "exited", "intended_status": "stopped"}, "stopped"),
     ("vastai", {"actual_status": "loading", "intended_status": "running"}, "transition"),
-    ("lambda", {"status": "active"}, "running"), ("lambda", {"status": "booting"}, "transition"),
+    ("lambda", {"status": "active", "ip": "198.51.100.1"}, "running"), ("lambda", {"status": "booting"}, "transition"),
+    ("lambda", {"status": "unhealthy", "ip": "198.51.100.1"}, "unhealthy"), ("lambda", {"status": "preempted"}, "preempted"),
+    ("autodl", "stopped", "stopped"),
     ("lambda", {"status": "terminating"}, "transition"), ("lambda", {"status": "terminated"}, "absent"),
     ("autodl", "running", "running"), ("autodl", "shutdown", "stopped"), ("autodl", "starting", "transition"),
     ("autodl", "released", "absent"), ("runpod", None, "absent"),
@@ -76,3 +85,52 @@ def test_observed_state(provider, record, state):
 def test_observed_state_of_a_garbled_record_is_a_clear_error():
     with pytest.raises(ProviderAPIError, match="not an object"):
         pl.observed_state("runpod", [1, 2])
+
+
+@pytest.mark.parametrize("provider, raw, current, state, verb", [
+    ("vastai", "frozen (intended frozen)", "unhealthy", "stopped", "stop"),
+    ("vastai", "exited (intended running)", "unhealthy", "restarted", "reboot"),
+    ("vastai", "stopped (intended running)", "preempted", "stopped", "stop"),
+    ("runpod", "ERROR (desired RUNNING)", "unhealthy", "stopped", "stop"),
+    ("lambda", "unhealthy", "unhealthy", "restarted", "restart"),
+    ("lambda", "preempted", "preempted", "absent", "terminate"),
+])
+def test_a_state_that_does_not_change_by_itself_acts_at_once_where_the_provider_can(
+        provider, raw, current, state, verb):
+    assert pl.plan(provider, state, current, "i1", {"raw": raw, "message": "m"})["name"] == verb
+
+
+@pytest.mark.parametrize("provider, raw, current, state", [
+    ("vastai", "unknown (intended running)", "unhealthy", "stopped"),   # the host is not talking to vast
+    ("vastai", "offline (intended running)", "unhealthy", "running"),
+    ("vastai", "stopped (intended running)", "preempted", "running"),   # outbid: only a winning bid resumes it
+    ("lambda", "unhealthy", "unhealthy", "stopped"),
+    ("lambda", "preempted", "preempted", "running"),
+    ("runpod", "ERROR (desired RUNNING)", "unhealthy", "running"),
+    ("autodl", "hibernating", "unknown", "stopped"),
+])
+def test_a_state_that_does_not_change_by_itself_fails_at_once_with_what_it_means(provider, raw, current, state):
+    with pytest.raises(ProviderAPIError, match="WHAT IT MEANS. It does not change by itself") as err:
+        pl.plan(provider, state, current, "i1", {"raw": raw, "message": "WHAT IT MEANS."})
+    assert err.value.kind == "instance_%s" % current
+
+
+def test_restarted_always_acts_and_autodl_has_no_restart():
+    assert pl.plan("vastai", "restarted", "running", "1")["name"] == "reboot"
+    assert pl.plan("runpod", "restarted", "running", "p1")["api"] == "v2"
+    with pytest.raises(ProviderAPIError, match="no restart"):
+        pl.plan("autodl", "restarted", "running", "pro-1")
+
+
+def test_a_verb_the_provider_does_not_list_as_valid_now_is_not_called():
+    read = {"raw": "EXITED", "message": None, "actions": {"start", "terminate"}}
+    with pytest.raises(ProviderAPIError, match="lists start, terminate as its valid actions now; restart is not") as err:
+        pl.plan("runpod", "restarted", "stopped", "p1", read)
+    assert err.value.kind == "action_not_available"
+    assert pl.plan("runpod", "running", "stopped", "p1", read)["name"] == "start"
+    lam = {"status": "active", "ip": "198.51.100.1",
+           "actions": {"restart": {"available": False}, "terminate": {"available": True}}}
+    state, _raw, answer = pl.observed("lambda", lam)
+    with pytest.raises(ProviderAPIError, match="restart is not among them"):
+        pl.plan("lambda", "restarted", state, "l1", answer)
+    assert pl.plan("lambda", "absent", state, "l1", answer)["name"] == "terminate"

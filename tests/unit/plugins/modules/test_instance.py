@@ -115,7 +115,8 @@ def test_wait_times_out_when_the_provider_never_reports_the_state(module_runner,
     def stuck(path, query, method="GET", body=None):
         status, answer = real(path, query, method, body)
         if method == "POST":
-            fake.find("fakepod0001")["desiredStatus"] = "RUNNING"  # the stop never lands
+            pod = fake.find("fakepod0001")
+            pod["desiredStatus"] = pod["_observed"] = "RUNNING"  # the stop never lands
         return status, answer
 
     fake.answer = stuck
@@ -235,3 +236,86 @@ def test_a_failed_identity_read_calls_nothing(module_runner, serve):
     failed, result = module_runner(instance, args(fake, "absent", identity={"failed": True, "msg": "disagree"}))
     assert failed and result["error_kind"] == "identity_unreadable"
     assert fake.api_requests() == []
+
+
+def serve_odd(serve, provider, name):
+    fake = serve(provider)
+    fake.records = [fake_api.odd(provider, name, 1, "198.51.100.1", 40001)]
+    return fake
+
+
+def test_stop_a_frozen_vast_instance_acts_at_once_and_says_what_frozen_meant(module_runner, serve):
+    fake = serve_odd(serve, "vastai", "frozen")
+    failed, result = module_runner(instance, args(fake, "stopped", timeout=600))
+    assert not failed and result["changed"] and result["current"] == "stopped", result
+    assert result["previous"] == "unhealthy" and "GPU still bills" in result["message"]
+    assert verbs(fake) == [("PUT", "/api/v0/instances/9000001/")]
+
+
+@pytest.mark.parametrize("provider, name, state, kind", [
+    ("vastai", "unknown", "stopped", "instance_unhealthy"),
+    ("vastai", "offline", "running", "instance_unhealthy"),
+    ("vastai", "outbid", "running", "instance_preempted"),
+    ("lambda", "preempted", "running", "instance_preempted"),
+    ("runpod", "error", "running", "instance_unhealthy"),
+])
+def test_a_state_that_will_not_change_fails_at_once_never_after_the_timeout(module_runner, serve, provider, name,
+                                                                            state, kind):
+    import time
+    fake = serve_odd(serve, provider, name)
+    began = time.monotonic()
+    failed, result = module_runner(instance, args(fake, state, timeout=600))
+    assert failed and result["error_kind"] == kind, result
+    assert time.monotonic() - began < 30
+    assert "does not change by itself" in result["msg"]
+    assert "state=absent" in result["msg"] or "launch a new instance" in result["msg"]  # what to do
+    assert verbs(fake) == []  # nothing was called
+
+
+def test_runpod_delete_is_204_and_the_pod_is_then_absent(module_runner, serve):
+    fake = serve("runpod")
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert not failed and result["changed"] and result["current"] == "absent", result
+    assert verbs(fake) == [("DELETE", "/v1/pods/fakepod0001")]
+
+
+def test_runpod_state_comes_from_the_observed_v2_status(module_runner, serve):
+    fake = serve_odd(serve, "runpod", "error")  # desired RUNNING, observed ERROR
+    failed, result = module_runner(instance, args(fake, "stopped"))
+    assert not failed and result["previous"] == "unhealthy" and result["current"] == "stopped", result
+    assert any(r["path"] == "/v2/pods/fakepod0001" for r in fake.api_requests())
+
+
+def test_runpod_verb_not_in_the_pods_own_actions_is_refused_at_once(module_runner, serve):
+    fake = serve_odd(serve, "runpod", "crashed")  # observed EXITED: RunPod lists start and terminate only
+    failed, result = module_runner(instance, args(fake, "stopped", timeout=600))
+    assert failed and result["error_kind"] == "action_not_available", result
+    assert "start, terminate" in result["msg"] and verbs(fake) == []
+
+
+def test_lambda_terminate_waits_through_terminating(module_runner, serve):
+    fake = serve("lambda")
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert not failed and result["current"] == "absent" and result["waited"], result
+    statuses = [r for r in fake.api_requests() if r["method"] == "GET"]
+    assert len(statuses) >= 3  # before, terminating, terminated
+
+
+@pytest.mark.parametrize("provider, name, verb", [
+    ("vastai", "exited", ("PUT", "/api/v0/instances/reboot/9000001/")),
+    ("lambda", "unhealthy", ("POST", "/api/v1/instance-operations/restart")),
+    ("runpod", "error", ("POST", "/v2/pods/fakepod0001/action")),
+])
+def test_restarted_uses_the_providers_restart_verb(module_runner, serve, provider, name, verb):
+    fake = serve_odd(serve, provider, name)
+    failed, result = module_runner(instance, args(fake, "restarted"))
+    assert not failed and result["changed"] and result["current"] == "running", result
+    assert verbs(fake) == [verb]
+
+
+def test_autodl_stopped_counts_as_off_so_a_release_goes_ahead(module_runner, serve):
+    fake = serve("autodl")
+    fake.records[0]["status"] = "stopped"
+    failed, result = module_runner(instance, args(fake, "absent"))
+    assert not failed and result["changed"] and result["previous"] == "stopped", result
+    assert verbs(fake) == [("POST", "/api/v1/dev/instance/pro/release")]
