@@ -45,6 +45,7 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import hashlib
 import json
@@ -58,6 +59,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.item_log import
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import torch_build
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
 
 
 def item_width(total):
@@ -122,14 +124,6 @@ def assignment_table(rows):
     return lines
 
 
-def _file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def tree_checksum(root):
     """sha256 over the sorted relative paths and file sha256s of the tree under ``root``.
 
@@ -152,8 +146,14 @@ def tree_checksum(root):
             if os.path.islink(full):
                 entries.append((rel, "symlink:" + os.readlink(full)))
             elif os.path.isfile(full):
-                entries.append((rel, _file_sha256(full)))
-                total += os.path.getsize(full)
+                try:  # never blocks: a FIFO put in a file's place since the walk is refused (digest.py, safe_read.py)
+                    file_hash, size = sha256_file(full)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    continue  # not a regular file any more: left out, as every FIFO and device of the tree is
+                entries.append((rel, file_hash))
+                total += size
     entries.sort()
     digest = hashlib.sha256()
     for rel, value in entries:
