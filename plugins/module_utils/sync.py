@@ -181,10 +181,11 @@ def copy_hashing(src, out, planned):
 
 
 def read_back(path):
-    """sha256 of what the filesystem holds, after asking the kernel to drop its cached pages."""
+    """sha256 of what the filesystem holds, after asking the kernel to drop its cached pages. Never blocks: a FIFO
+    in the copy's place is opened O_NONBLOCK here and refused by sha256_file (OSError EINVAL)."""
     fadvise = getattr(os, "posix_fadvise", None)
     if fadvise is not None:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
             fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:

@@ -19,7 +19,7 @@ import pytest
 from hostile import Case
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
-    checkpoint, item_log, job_layout, launch, sync_state)
+    checkpoint, item_log, job_layout, launch, sync, sync_state)
 from ansible_collections.remote_gpu.trainer.plugins.modules import job_status
 
 SECRET = "CANARY-outside-the-tree-5b0c"
@@ -274,7 +274,20 @@ def not_loadable_fifo(result, _tmp):
     assert "FIFO" in result["problems"][0]["message"], result
 
 
+def read_back(args):
+    try:
+        return {"sha256": sync.read_back(args["path"])}
+    except OSError as exc:
+        return {"error": str(exc)}
+
+
+def refused_as_fifo(result, _tmp):
+    assert "FIFO" in result.get("error", ""), result
+
+
 CHECKPOINT_CASES = [
+    Case("checked_sync: a FIFO in the copy's place when it is read back is refused, never a hang", read_back,
+         _checkpoint_fifo, "ok", check=refused_as_fifo, timeout=10),
     Case("checkpoint: a FIFO in a checkpoint's place is not_loadable, never opened blocking", check_checkpoint,
          _checkpoint_fifo, "ok", check=not_loadable_fifo, timeout=10),
 ]
