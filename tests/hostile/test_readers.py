@@ -4,7 +4,8 @@ user can write, fed a FIFO, a huge file and a symlink out of its directory (see 
 The readers: the item log copy (item_log.py, run by launch.py's command line on the box), the checksum of the
 pushed code tree (launch.py ``code``), the record of the last verified sync (sync_state.py, read by checked_sync
 and by the finish step of every item), the job's records (job_layout.read_text, read by job_status) and the
-checkpoint check (checkpoint.py, on pulled and synced files). Each goes through module_utils/safe_read.py.
+checkpoint check (checkpoint.py, on pulled and synced files). Each goes through module_utils/safe_read.py. And the
+one append of a job's helper into its directory (the sampler's samples.tsv): never blocking, never through a link.
 
 A row marked ``held before`` passed on the code before this change too (a guard there already caught it); every
 other row failed on it: a hang, a file outside the directory read, or an unbounded copy."""
@@ -19,7 +20,7 @@ import pytest
 from hostile import Case
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
-    checkpoint, item_log, job_layout, launch, sync, sync_state)
+    checkpoint, item_log, job_layout, launch, sampler, sync, sync_state)
 from ansible_collections.remote_gpu.trainer.plugins.modules import job_status
 
 SECRET = "CANARY-outside-the-tree-5b0c"
@@ -293,8 +294,40 @@ CHECKPOINT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", ITEM_LOG_CASES + TREE_CASES + STATE_CASES + RECORD_CASES + CHECKPOINT_CASES,
-                         ids=str)
+# --- sampler: the one file the job's sampler appends to (samples.tsv, in the job directory) ----------------------
+
+def append_sample(args):
+    sampler.append(args["path"], "t\titem\n")
+    return {}
+
+
+def samples_with(make):
+    def build(tmp):
+        job_dir, _status_file = private_job(tmp)
+        make(job_dir / sampler.SAMPLES_FILE, tmp)
+        return {"path": str(job_dir / sampler.SAMPLES_FILE)}
+    return build
+
+
+def _samples_link_out(path, tmp):
+    (tmp / "bashrc").write_text("# the user's own file\n")
+    os.symlink(str(tmp / "bashrc"), str(path))
+
+
+def outside_untouched(_result, tmp):
+    assert (tmp / "bashrc").read_text() == "# the user's own file\n"
+
+
+SAMPLER_CASES = [
+    Case("sampler: a FIFO as samples.tsv loses the line, never blocks the sampler", append_sample,
+         samples_with(lambda path, _tmp: os.mkfifo(str(path))), "ok", timeout=10),
+    Case("sampler: a samples.tsv that links out of the job directory is never appended to", append_sample,
+         samples_with(_samples_link_out), "ok", check=outside_untouched, timeout=10),
+]
+
+
+@pytest.mark.parametrize("case", ITEM_LOG_CASES + TREE_CASES + STATE_CASES + RECORD_CASES + CHECKPOINT_CASES
+                         + SAMPLER_CASES, ids=str)
 def test_readers(case, hostile):
     hostile(case)
 
