@@ -300,6 +300,10 @@ def resync_item(status_file, sync=None):
     if not sync_dest or not best:
         status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, unsynced=[])
         return status, "==== trainer: item %s done, nothing to sync ====" % item
+    problem = recorded_problem(status_file, item, output_dir, sync_dest, best)
+    if problem:
+        status["sync_error"] = problem
+        return status, "==== trainer: item %s is not synced: %s ====" % (item, problem)
     if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
         write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
     synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync)
@@ -308,6 +312,24 @@ def resync_item(status_file, sync=None):
 
 def _strings(value):
     return [entry for entry in value if isinstance(entry, str)] if isinstance(value, list) else []
+
+
+def recorded_problem(status_file, item, output_dir, sync_dest, best):
+    """Why an item's status cannot be trusted to name what a resync copies, or None: its output directory,
+    destination and best patterns must be the ones launch recorded for the item in the job's queue.json (a status
+    file planted in items/ must never make a relaunch copy a directory of its choosing to a place of its choosing)."""
+    job_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(status_file))))
+    queue, why = job_layout.read_queue(job_layout.job_paths(os.path.dirname(job_dir), os.path.basename(job_dir)))
+    if queue is None:
+        return "no queue record of launch in %s (%s): what the status names is not trusted" % (
+            job_dir, why or "queue.json is missing")
+    entry = next((entry for entry in queue["items"] if entry["item"] == item), None)
+    if entry is None:
+        return "item %s is not in the queue record %s" % (item, os.path.join(job_dir, job_layout.QUEUE_FILE))
+    if (output_dir, sync_dest, best) != (entry.get("output_dir"), entry.get("sync_dest"), _strings(queue.get("best"))):
+        return ("its status names output_dir %r, sync_dest %r and best %r, not the ones launch recorded in %s: not "
+                "trusted" % (output_dir, sync_dest, best, os.path.join(job_dir, job_layout.QUEUE_FILE)))
+    return None
 
 
 def cli(argv=None):

@@ -5,7 +5,8 @@ The readers: the item log copy (item_log.py, run by launch.py's command line on 
 pushed code tree (launch.py ``code``), the record of the last verified sync (sync_state.py, read by checked_sync
 and by the finish step of every item), the job's records (job_layout.read_text, read by job_status) and the
 checkpoint check (checkpoint.py, on pulled and synced files). Each goes through module_utils/safe_read.py. And the
-one append of a job's helper into its directory (the sampler's samples.tsv): never blocking, never through a link.
+one append of a job's helper into its directory (the sampler's samples.tsv): never blocking, never through a link;
+and the sync sources an item's status names (launch resync): only the ones launch recorded in queue.json.
 
 A row marked ``held before`` passed on the code before this change too (a guard there already caught it); every
 other row failed on it: a hang, a file outside the directory read, or an unbounded copy."""
@@ -259,6 +260,39 @@ RECORD_CASES = [
 ]
 
 
+# --- launch resync: the sync sources an item's status names -----------------------------------------------------
+
+def resync(args):
+    status, line = launch.resync_item(args["status_file"])
+    return {"status": status, "line": line}
+
+
+def planted_sync_status(tmp):
+    """launch's queue.json for item 000, and an items/000/status.json planted next to it that names a directory of
+    its choosing as the output to copy, to a destination of its choosing."""
+    job_dir, status_file = private_job(tmp)
+    (job_dir / "queue.json").write_text(json.dumps(launch.queue_record(
+        [{"item": "000", "arg": "a"}], "j", "h", "j", 1, str(tmp / "out"), str(tmp / "durable"), best=["best*"])))
+    (tmp / "home" / ".ssh").mkdir(parents=True)
+    (tmp / "home" / ".ssh" / "id_rsa").write_text(SECRET)
+    status_file.write_text(json.dumps({
+        "item": "000", "exit_code": 1, "command_exit_code": 0, "state": "sync_failed", "started": "t",
+        "finished": "t", "output_dir": str(tmp / "home" / ".ssh"), "sync_dest": str(tmp / "leak"), "best": ["*"],
+        "scratch": [], "synced": [], "unsynced": ["id_rsa"]}))
+    return {"status_file": str(status_file)}
+
+
+def nothing_synced(result, tmp):
+    assert not (tmp / "leak").exists() and result["status"]["state"] == "sync_failed", result
+    assert "not trusted" in result["status"]["sync_error"], result
+
+
+RESYNC_CASES = [
+    Case("launch resync: a status in items/ naming its own output_dir and sync_dest copies nothing", resync,
+         planted_sync_status, "ok", check=nothing_synced, timeout=20),
+]
+
+
 # --- checkpoint: the loadability check of a pulled or synced checkpoint ------------------------------------------
 
 def check_checkpoint(args):
@@ -327,7 +361,7 @@ SAMPLER_CASES = [
 
 
 @pytest.mark.parametrize("case", ITEM_LOG_CASES + TREE_CASES + STATE_CASES + RECORD_CASES + CHECKPOINT_CASES
-                         + SAMPLER_CASES, ids=str)
+                         + SAMPLER_CASES + RESYNC_CASES, ids=str)
 def test_readers(case, hostile):
     hostile(case)
 
