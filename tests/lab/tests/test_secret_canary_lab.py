@@ -212,7 +212,7 @@ def test_no_canary_anywhere_after_launch_patrol_and_teardown(fleet, tmp_path):
         # error: never retried, so the one fault is all it takes)
         fake.inject({"status": 401, "raw": '{"error": "invalid api key %s"}' % CANARY["runpod"]})
         proc = run("teardown.yml", *approve(["lab-02"]), *teardown)
-        assert proc.returncode != 0, shown(proc)
+        assert proc.returncode != 0 and "HTTP 401" in proc.stdout + proc.stderr, shown(proc)
         assert fleet.meter("lab-02") == []
         # 3c. approved, the API answering: both boxes pulled and stopped
         proc = run("teardown.yml", *approve(HOSTS), *teardown)
