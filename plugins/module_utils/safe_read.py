@@ -27,11 +27,12 @@ MAX_BYTES = 1 << 20
 
 class ReadRefused(Exception):
     """A file that is not read: not a regular file, a symlink where none is followed, or unreadable. ``errno`` and
-    ``reason`` say why without the path (for a caller that raises OSError: digest.py)."""
+    ``reason`` say why without the path (for a caller that raises OSError: digest.py); ``kind`` names what a file
+    that is not a regular one is ("FIFO", "directory", ...), else None."""
 
-    def __init__(self, message, errno_=errno.EINVAL, reason=None):
+    def __init__(self, message, errno_=errno.EINVAL, reason=None, kind=None):
         super().__init__(message)
-        self.errno, self.reason = errno_, reason or message
+        self.errno, self.reason, self.kind = errno_, reason or message, kind
 
 
 KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
@@ -55,7 +56,7 @@ def _not_regular(path, mode):
     if stat.S_ISLNK(mode):
         return ReadRefused("%s is a symlink: not followed" % path, errno.ELOOP, "a symlink, not followed")
     return ReadRefused("%s is a %s, not a regular file: not read" % (path, kind), errno.EINVAL,
-                       "not a regular file (%s)" % kind)
+                       "not a regular file (%s)" % kind, kind)
 
 
 def open_regular(path, follow=False, dir_fd=None):
@@ -81,7 +82,7 @@ def open_regular(path, follow=False, dir_fd=None):
             raise _not_regular(path, stat.S_IFLNK) from None
         if exc.errno == errno.ENXIO:  # a FIFO with no writer, or a device without its driver, opened O_NONBLOCK
             raise ReadRefused("%s is not a regular file (a FIFO or device): not read" % path, errno.EINVAL,
-                              "not a regular file (a FIFO or device)") from None
+                              "not a regular file (a FIFO or device)", "FIFO or device") from None
         raise _refused(path, exc) from None
     except (TypeError, ValueError) as exc:
         raise ReadRefused("%r is not a usable path: %s" % (path, exc)) from None
