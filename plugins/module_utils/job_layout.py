@@ -334,17 +334,19 @@ def trusted_meta(paths, uid=None):
     uid = os.geteuid() if uid is None else uid
     try:
         dir_st = os.stat(paths["job_dir"])
-        fd = os.open(paths["meta_file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = safe_read.open_regular(paths["meta_file"])  # never through a link, never blocking, regular only
     except FileNotFoundError:
         return {}, None
-    except OSError as exc:
+    except safe_read.ReadRefused as exc:
         if exc.errno == errno.ELOOP:
             return {}, "%s is a symbolic link" % paths["meta_file"]
-        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.strerror)
+        if exc.kind:
+            return {}, "%s is not a regular file (a %s)" % (paths["meta_file"], exc.kind)
+        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.reason)
+    except OSError as exc:
+        return {}, "%s cannot be read: %s" % (paths["job_dir"], exc.strerror)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return {}, "%s is not a regular file" % paths["meta_file"]
         if st.st_uid != uid:
             return {}, "%s is owned by uid %d, not by uid %d" % (paths["meta_file"], st.st_uid, uid)
         if st.st_mode & 0o022:
