@@ -5,7 +5,9 @@
 
 """Checkpoint loadability, checked WITHOUT executing a pickle.
 
-Standard library only; runs on the target (Python 3.8+) and on the controller. Nothing here writes files.
+Standard library only; runs on the target (Python 3.8+) and on the controller. Nothing here writes files, and
+every file is opened through digest.open_regular (safe_read.py: a FIFO or device in a checkpoint's place is never
+read, never blocks).
 
 * PyTorch zip checkpoints (``torch.save`` since 1.6): every member passes its CRC test, there is a
   ``<prefix>/data.pkl`` member, its pickle stream parses to STOP (walked with ``pickletools.genops``),
@@ -35,6 +37,7 @@ import struct
 import zipfile
 import zlib
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.checkpoint_pickle import (
     CONSTANT_OPS, Global, UnsafeGlobal, check_globals, walk_pickle)
 
@@ -107,7 +110,7 @@ def check_torch_zip(path, label=None):
     """Problems (``not_loadable``) of a PyTorch zip checkpoint; an empty list when it looks loadable."""
     label = label or path
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path) as raw, zipfile.ZipFile(raw) as archive:
             infos = archive.infolist()
             bomb = _zip_bomb(infos)
             if bomb:
@@ -172,7 +175,7 @@ def check_torch_legacy(path, label=None):
     """
     label = label or path
     try:
-        with open(path, "rb") as raw:
+        with open_regular(path) as raw:
             handle = _BoundedReader(raw, os.fstat(raw.fileno()).st_size)
             magic = _first_constant(handle)
             if magic != TORCH_LEGACY_MAGIC:
@@ -238,10 +241,10 @@ def _is_count(value):
 
 def safetensors_header(path):
     """``(header_dict, data_start, file_size)``; ValueError saying what is wrong."""
-    size = os.path.getsize(path)
-    if size < 8:
-        raise ValueError("file is %d bytes, shorter than the 8-byte header length" % size)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < 8:
+            raise ValueError("file is %d bytes, shorter than the 8-byte header length" % size)
         (length,) = struct.unpack("<Q", handle.read(8))
         if length > MAX_SAFETENSORS_HEADER:
             raise ValueError("header length %d exceeds the %d-byte cap of safetensors (a forged or corrupt header)"
@@ -341,7 +344,7 @@ def check_loadable(path, label=None, use_torch=True):
     """
     label = label or path
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(8)
     except OSError as exc:
         return _not_loadable(label, "cannot read it (%s)" % exc)
@@ -362,7 +365,7 @@ def check_loadable(path, label=None, use_torch=True):
 
 def _looks_like_safetensors(path):
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(9)
     except OSError:
         return False

@@ -6,26 +6,27 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 
 CHUNK_SIZE = 1024 * 1024
 
 
 def open_regular(path):
-    """A binary file object for ``path``, only when it is a regular file.
+    """A binary file object for ``path``, only when it is a regular file (a symlink to one is followed).
 
-    The file is opened without blocking (a FIFO put in its place does not hang the caller) and checked with
-    ``fstat`` on the opened descriptor, so a FIFO, a device or a directory raises OSError(EINVAL) instead of
-    being read.
+    Opened by the collection's one non-blocking reader (safe_read.py: a FIFO put in its place does not hang the
+    caller, a device is never opened), so a FIFO, a device or a directory raises OSError(EINVAL, "not a regular
+    file (<kind>)") instead of being read.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, "not a regular file (%s)" % file_kind(mode), path)
+        fd = safe_read.open_regular(path, follow=True)
+    except safe_read.ReadRefused as exc:
+        raise OSError(exc.errno, exc.reason, path) from None
+    try:
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

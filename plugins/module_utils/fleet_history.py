@@ -26,6 +26,7 @@ import json
 import os
 import re
 import stat
+import time
 
 try:
     import fcntl
@@ -41,6 +42,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import e
 VERSION = 1
 SUFFIX = ".jsonl"
 LOCK_NAME = ".lock"
+# How long a run waits for the history lock that another run holds before it gives up on writing the history
+LOCK_WAIT = 10
 # (age in seconds beyond which, bucket in seconds): records younger than the first age are all kept; between the
 # first and the second age, the last record of each hour; up to the third, the last of each day; older are dropped.
 RETENTION = ((7 * 86400, 3600), (90 * 86400, 86400), (730 * 86400, None))
@@ -300,11 +303,33 @@ def _open_in(dir_fd, name, flags, mode=0o644):
         raise
 
 
-def _locked(dir_fd):
-    """A lock on the history directory (its ``.lock`` file), so that two runs never interleave a compaction."""
-    fd = _open_in(dir_fd, LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+def _locked(dir_fd, wait=None):
+    """A lock on the history directory (its ``.lock`` file), so that two runs never interleave a compaction.
+
+    Never blocks for good: the lock file is opened O_NONBLOCK and must be a regular file (a FIFO planted as
+    ``.lock`` is refused), and a lock another run holds for more than ``wait`` (LOCK_WAIT) seconds is a
+    HistoryError that says so."""
+    wait = LOCK_WAIT if wait is None else wait
+    try:
+        fd = _open_in(dir_fd, LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader, opened for writing O_NONBLOCK
+            raise HistoryError("history lock file %s is not a regular file (a FIFO): remove it" % LOCK_NAME)
+        raise HistoryError("history lock file %s cannot be opened: %s" % (LOCK_NAME, exc.strerror or exc))
+    if not _is_regular(fd):
+        os.close(fd)
+        raise HistoryError("history lock file %s is not a regular file: remove it" % LOCK_NAME)
+    deadline = time.monotonic() + wait
+    while fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                os.close(fd)
+                raise HistoryError("the history directory is locked by another run (%s) for more than %d s: "
+                                   "not written this time" % (LOCK_NAME, wait))
+            time.sleep(0.05)
     return fd
 
 

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The on-box job protocol, one owner: the layout of a job directory, its meta and status files, and liveness.
 
-Stdlib only (with atomic.py and procfs.py): ``detached_job`` and ``job_status`` import it, and the job's own
+Stdlib only (with atomic.py, procfs.py and safe_read.py): ``detached_job`` and ``job_status`` import it, and the job's own
 scripts run it on the box with the profile's interpreter::
 
     PYTHONPATH=LIB PY -m ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout status FILE \\
@@ -46,7 +46,7 @@ import stat
 import sys
 import time
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs, safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 # The one owner of the defaults of a job's name and of the run directory on the box. The modules take them from
@@ -164,34 +164,13 @@ def now_iso():
 MAX_TEXT_BYTES = 16 << 20
 
 
-def read_text(path, limit=None, follow=True):
-    """A small file's text (at most ``limit`` or MAX_TEXT_BYTES bytes), or None when it cannot be read.
-
-    Regular files only, checked before the open (a planted FIFO or device is never opened, so never blocks); with
-    ``follow=False``, not through a symlink either (for a record that only launch writes, such as queue.json). PID
-    files are followed on purpose: signal_trust_problem then refuses a symlinked one by name."""
-    try:
-        if not stat.S_ISREG((os.stat if follow else os.lstat)(path).st_mode):
-            return None
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
-        fd = os.open(path, flags)
-    except (OSError, TypeError, ValueError):
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        wanted, chunks = limit or MAX_TEXT_BYTES, []
-        while wanted > 0:
-            chunk = os.read(fd, min(wanted, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            wanted -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+def read_text(path, limit=None, follow=False):
+    """A small file's text (at most ``limit`` or MAX_TEXT_BYTES bytes), or None when it cannot be read: through
+    the collection's one bounded, non-blocking reader (safe_read.py: regular files only, a planted FIFO or device
+    is never opened, so never blocks). A record (status.json, queue.json, code.json, the meta) is not read through
+    a symlink: only the job's own writers make them, never as links. PID files are read with ``follow=True`` on
+    purpose: signal_trust_problem then refuses a symlinked one by name."""
+    return safe_read.read_text(path, limit or MAX_TEXT_BYTES, follow=follow)
 
 
 def parse_int_file(text):
@@ -294,7 +273,7 @@ def read_queue(paths):
     "best", "scratch"}``. (None, None) when there is no such file (a job that launch did not start); (None, why)
     when it is not a record launch wrote (then nothing is inferred from it).
     """
-    text = read_text(paths["queue_file"], MAX_META_BYTES, follow=False)
+    text = read_text(paths["queue_file"], MAX_META_BYTES)
     if text is None:
         return None, (None if not os.path.lexists(paths["queue_file"]) else
                       "%s is not a readable regular file" % paths["queue_file"])
@@ -355,17 +334,19 @@ def trusted_meta(paths, uid=None):
     uid = os.geteuid() if uid is None else uid
     try:
         dir_st = os.stat(paths["job_dir"])
-        fd = os.open(paths["meta_file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = safe_read.open_regular(paths["meta_file"])  # never through a link, never blocking, regular only
     except FileNotFoundError:
         return {}, None
-    except OSError as exc:
+    except safe_read.ReadRefused as exc:
         if exc.errno == errno.ELOOP:
             return {}, "%s is a symbolic link" % paths["meta_file"]
-        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.strerror)
+        if exc.kind:
+            return {}, "%s is not a regular file (a %s)" % (paths["meta_file"], exc.kind)
+        return {}, "%s cannot be read: %s" % (paths["meta_file"], exc.reason)
+    except OSError as exc:
+        return {}, "%s cannot be read: %s" % (paths["job_dir"], exc.strerror)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return {}, "%s is not a regular file" % paths["meta_file"]
         if st.st_uid != uid:
             return {}, "%s is owned by uid %d, not by uid %d" % (paths["meta_file"], st.st_uid, uid)
         if st.st_mode & 0o022:
@@ -423,9 +404,9 @@ def tmux_has_session(run_command, tmux, name):
 def liveness(paths, has_session):
     """(pid or None, alive) of a job: its PID with the recorded start time, else (before the wrapper has written
     its PID file) its tmux session. ``has_session`` is a callable that says whether the session exists."""
-    pid = parse_int_file(read_text(paths["pid_file"]))
+    pid = parse_int_file(read_text(paths["pid_file"], follow=True))
     if pid is not None:
-        alive = procfs.is_same_process(pid, parse_int_file(read_text(paths["starttime_file"])))
+        alive = procfs.is_same_process(pid, parse_int_file(read_text(paths["starttime_file"], follow=True)))
         return (pid if alive else None), alive
     return None, bool(has_session())
 
@@ -450,7 +431,7 @@ def stop_job(paths, pid, timeout, poll=0.1, kill_wait=10):
     """SIGTERM the job's process group (when ``pid`` leads one, else the PID alone), wait ``timeout`` seconds,
     then SIGKILL and wait up to ``kill_wait`` -> True when it is gone. Only the recorded PID's group is signalled,
     never processes found by name; PermissionError is the caller's to report."""
-    starttime = parse_int_file(read_text(paths["starttime_file"]))
+    starttime = parse_int_file(read_text(paths["starttime_file"], follow=True))
     stat = procfs.read_stat(pid)
     group = stat is not None and stat["pgrp"] == pid
     _signal(pid, group, signal.SIGTERM)

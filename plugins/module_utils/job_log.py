@@ -23,10 +23,9 @@ import os
 import re
 import select
 import signal
-import stat
 import time
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 
 START_MARKER_RE = re.compile(r"^==== trainer: started (?P<time>\S+) pid (?P<pid>\d+) ====[ \t]*$", re.M)
 
@@ -282,35 +281,25 @@ def _note_line(state, line, line_no):
 def open_log(path, inside=None):
     """(fd, stat) of a log opened for a bounded read, or (None, None) when it does not exist.
 
-    Only a regular file is opened, and it is checked with stat before the open (opening a device can have effects)
-    and with fstat after it (the same file, still regular). The open never blocks (O_NONBLOCK). With ``inside``,
-    the log's real path must lie in that directory: a symlink out of it is refused. Raises LogRefused.
+    Opened by the collection's one non-blocking reader (safe_read.py): only a regular file, checked with stat
+    before the open (opening a device can have effects) and with fstat after it; the open never blocks
+    (O_NONBLOCK). With ``inside``, the log's real path must lie in that directory: a symlink out of it is refused.
+    Raises LogRefused.
     """
+    if inside is not None:
+        real, root = os.path.realpath(path), os.path.realpath(inside)
+        if os.path.commonpath([real, root]) != root:
+            raise LogRefused("%s resolves to %s, outside %s: a symlink out of the job directory is not followed"
+                             % (path, real, inside))
     try:
-        if inside is not None:
-            real, root = os.path.realpath(path), os.path.realpath(inside)
-            if os.path.commonpath([real, root]) != root:
-                raise LogRefused("%s resolves to %s, outside %s: a symlink out of the job directory is not followed"
-                                 % (path, real, inside))
-        before = os.stat(path)
+        fd = safe_read.open_regular(path, follow=True)
     except FileNotFoundError:
         return None, None
-    except OSError as exc:
-        raise LogRefused("%s cannot be read: %s" % (path, exc.strerror))
-    if not stat.S_ISREG(before.st_mode):
-        raise LogRefused("%s is not a regular file (a %s): only regular files are read as logs"
-                         % (path, file_kind(before.st_mode)))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        raise LogRefused("%s cannot be read: %s" % (path, exc.strerror))
-    after = os.fstat(fd)
-    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-        os.close(fd)
-        raise LogRefused("%s changed while it was opened: not read" % path)
-    return fd, after
+    except safe_read.ReadRefused as exc:
+        if exc.kind:
+            raise LogRefused("%s is not a regular file (a %s): only regular files are read as logs" % (path, exc.kind))
+        raise LogRefused("%s cannot be read: %s" % (path, exc.reason))
+    return fd, os.fstat(fd)
 
 
 def fd_blocks(fd, size, limit=MAX_SCAN_BYTES, block=1 << 22):

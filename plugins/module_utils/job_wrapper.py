@@ -15,10 +15,13 @@ import hashlib
 import os
 import shlex
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, procfs, safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 PACKAGE = "ansible_collections/remote_gpu/trainer/plugins/module_utils"
+# What the wrapper runs on the box: job_layout.py and every module_util it imports (a unit test holds the list
+# closed under imports). The one list: detached_job installs it, the tests use it.
+JOB_LIB = (job_layout, atomic, procfs, safe_read)
 
 
 def command_line(command):
@@ -112,7 +115,7 @@ def module_source(module):
     return source
 
 
-def install_lib(lib_dir, modules):
+def install_lib(lib_dir, modules=JOB_LIB):
     """Write the sources of ``modules`` (module_utils of this collection) under ``lib_dir``, each only when it
     differs, atomically -> True when a file was written. ``PYTHONPATH=lib_dir`` then imports them by name."""
     package = os.path.join(lib_dir, *PACKAGE.split("/"))

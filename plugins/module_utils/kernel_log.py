@@ -9,11 +9,8 @@ nvidia-smi parsers for it. Standard library only.
 
 from __future__ import annotations
 
-import os
-import stat
-
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind
 
 MAX_KERNEL_LOG_BYTES = 16 * 1024 * 1024  # only the tail of a bigger file is read: the newest Xid events
 KILL_GRACE_SECONDS = 2
@@ -27,33 +24,20 @@ class KernelLogError(Exception):
 def read_log_file(path):
     """-> (text of the last MAX_KERNEL_LOG_BYTES of a regular file, None) or (None, why it is unreadable).
 
-    Opened non-blocking (a FIFO cannot hang the open) and checked on the open descriptor; anything but a regular
-    file is a wrong parameter (KernelLogError)."""
+    Read through the collection's one bounded, non-blocking reader (safe_read.py: a FIFO cannot hang the open, a
+    device is never opened); anything but a regular file is a wrong parameter (KernelLogError)."""
     if not path.strip():
         raise KernelLogError("kernel_log is empty: give auto or the path of a kernel log file")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except (IOError, OSError) as exc:
-        return None, "cannot read %s: %s" % (path, exc.strerror or exc)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        data = safe_read.read_bounded(path, MAX_KERNEL_LOG_BYTES, follow=True, tail=True)[0]
+    except safe_read.ReadRefused as exc:
+        if exc.kind:
             raise KernelLogError("kernel_log %s is a %s, not a regular file: give auto or the path of a kernel log "
-                                 "file" % (path, file_kind(info.st_mode)))
-        if info.st_size > MAX_KERNEL_LOG_BYTES:
-            os.lseek(fd, info.st_size - MAX_KERNEL_LOG_BYTES, os.SEEK_SET)
-        chunks, left = [], MAX_KERNEL_LOG_BYTES
-        while left > 0:
-            chunk = os.read(fd, min(left, 1024 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace"), None
+                                 "file" % (path, exc.kind))
+        return None, "cannot read %s: %s" % (path, exc.reason)
     except (IOError, OSError) as exc:
         return None, "cannot read %s: %s" % (path, exc.strerror or exc)
-    finally:
-        os.close(fd)
+    return data.decode("utf-8", "replace"), None
 
 
 def read_kernel_log(module, source, timeout):

@@ -45,6 +45,7 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
 from __future__ import annotations
 
 import argparse
+import errno
 import fnmatch
 import hashlib
 import json
@@ -58,6 +59,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.item_log import
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import torch_build
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
 
 
 def item_width(total):
@@ -122,14 +124,6 @@ def assignment_table(rows):
     return lines
 
 
-def _file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def tree_checksum(root):
     """sha256 over the sorted relative paths and file sha256s of the tree under ``root``.
 
@@ -152,8 +146,14 @@ def tree_checksum(root):
             if os.path.islink(full):
                 entries.append((rel, "symlink:" + os.readlink(full)))
             elif os.path.isfile(full):
-                entries.append((rel, _file_sha256(full)))
-                total += os.path.getsize(full)
+                try:  # never blocks: a FIFO put in a file's place since the walk is refused (digest.py, safe_read.py)
+                    file_hash, size = sha256_file(full)
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    continue  # not a regular file any more: left out, as every FIFO and device of the tree is
+                entries.append((rel, file_hash))
+                total += size
     entries.sort()
     digest = hashlib.sha256()
     for rel, value in entries:
@@ -300,6 +300,10 @@ def resync_item(status_file, sync=None):
     if not sync_dest or not best:
         status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, unsynced=[])
         return status, "==== trainer: item %s done, nothing to sync ====" % item
+    problem = recorded_problem(status_file, item, output_dir, sync_dest, best)
+    if problem:
+        status["sync_error"] = problem
+        return status, "==== trainer: item %s is not synced: %s ====" % (item, problem)
     if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
         write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
     synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync)
@@ -308,6 +312,24 @@ def resync_item(status_file, sync=None):
 
 def _strings(value):
     return [entry for entry in value if isinstance(entry, str)] if isinstance(value, list) else []
+
+
+def recorded_problem(status_file, item, output_dir, sync_dest, best):
+    """Why an item's status cannot be trusted to name what a resync copies, or None: its output directory,
+    destination and best patterns must be the ones launch recorded for the item in the job's queue.json (a status
+    file planted in items/ must never make a relaunch copy a directory of its choosing to a place of its choosing)."""
+    job_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(status_file))))
+    queue, why = job_layout.read_queue(job_layout.job_paths(os.path.dirname(job_dir), os.path.basename(job_dir)))
+    if queue is None:
+        return "no queue record of launch in %s (%s): what the status names is not trusted" % (
+            job_dir, why or "queue.json is missing")
+    entry = next((entry for entry in queue["items"] if entry["item"] == item), None)
+    if entry is None:
+        return "item %s is not in the queue record %s" % (item, os.path.join(job_dir, job_layout.QUEUE_FILE))
+    if (output_dir, sync_dest, best) != (entry.get("output_dir"), entry.get("sync_dest"), _strings(queue.get("best"))):
+        return ("its status names output_dir %r, sync_dest %r and best %r, not the ones launch recorded in %s: not "
+                "trusted" % (output_dir, sync_dest, best, os.path.join(job_dir, job_layout.QUEUE_FILE)))
+    return None
 
 
 def cli(argv=None):

@@ -11,12 +11,18 @@ What is redacted:
   URL-quoted forms; ``environ_secrets`` adds the values of the controller's secret-named environment variables
   (the providers' keys, ``HF_TOKEN``, ``WANDB_API_KEY``, any ``*_KEY``/``*_TOKEN``/``*_PASSWORD``/``*_SECRET``);
 - user information in URLs (``scheme://user:password@host`` keeps ``scheme://<redacted>@host``);
-- secret-named query parameters and ``key=value`` / ``"key": "value"`` pairs (``api_key``, ``token``, ``sign``...);
+- secret-named query parameters and ``key=value`` / ``"key": "value"`` pairs (``api_key``, ``api-key``, ``token``,
+  ``sign``...), a secret-named command-line option and its value (``--api-key VALUE``, as the vastai CLI takes it),
+  and the value after ``password`` in a netrc (``machine api.wandb.ai login user password VALUE``, where wandb
+  keeps its key);
 - tokens of the shapes the providers and tools hand out (RunPod ``rpa_``/``rps_``, Hugging Face ``hf_``, OpenAI-style
   ``sk-``, GitHub ``ghp_``, Slack ``xox?-``, W&B ``local-``, JWTs such as AutoDL's), and the value after ``Bearer``/``Basic``/``token``.
 
 A vast.ai key (64 hex digits) and a W&B key (40 hex digits) have no prefix: they look like a sha256 or a git
-commit, which reports must keep, so they are redacted as known secrets (their environment variables), not by shape.
+commit, which reports must keep, so they are never redacted by shape. They go as known secrets (their environment
+variables, ``credentials_secrets``), and in free text wherever a secret-like name stands before them (the pairs,
+the option and the netrc above: ``WANDB_API_KEY=...``, ``"vast_api_key": "..."``, ``--api-key ...``); a bare one
+with no such name is kept, as a digest is (tests/unit/plugins/module_utils/test_redact.py holds both).
 
 Pure functions, standard library only: modules on the box and the controller's plugins import the same code.
 """
@@ -47,12 +53,15 @@ SHAPES = (
     re.compile(r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),  # JWTs (AutoDL tokens)
 )
 # the value after an authorization scheme
+# (and after "token" or a netrc's "password", when the value holds a digit: "token expired" is a sentence)
 _SCHEME = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|\+)([A-Za-z0-9._~+/=\-]{8,})"
-                     r"|\b(token)(\s+|%20|\+)((?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,})")
+                     r"|\b(token|password)(\s+|%20|\+)((?=[A-Za-z._~+/=\-]*[0-9])[A-Za-z0-9._~+/=\-]{8,})")
+# a secret-named command-line option and its value: --api-key KEY (the vastai CLI), --token T, --password P
+_OPTION = re.compile(r"(?i)(--(?:api[_\-]?key|access[_\-]?key|token|password|secret)\s+)([^\s\-\"'][^\s\"']{3,})")
 # user information in a URL: scheme://user[:password]@
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)([^/\s@\"'<>\\]+)@")
 # a secret-named parameter or field: api_key=..., ?token=..., "password": "...", sign=...
-_PAIR = re.compile(r"(?i)([\"']?(?<![A-Za-z0-9_\-])(?:[a-z0-9_\-]{0,40}(?:api_?key|access_?key|token|password|passwd|secret|signature)|sign)"
+_PAIR = re.compile(r"(?i)([\"']?(?<![A-Za-z0-9_\-])(?:[a-z0-9_\-]{0,40}(?:api[_\-]?key|access[_\-]?key|token|password|passwd|secret|signature)|sign)"
                    r"[\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;<>\\]{4,})")
 
 
@@ -84,6 +93,7 @@ def redact(text, secrets=(), mark=MARK):
         return text
     text = _USERINFO.sub(lambda m: m.group(1) + mark + "@", text)
     text = _SCHEME.sub(lambda m: _scheme(m, mark), text)
+    text = _OPTION.sub(lambda m: m.group(1) + mark, text)
     for shape in SHAPES:
         text = shape.sub(mark, text)
     text = _PAIR.sub(lambda m: _pair(m, mark), text)

@@ -26,7 +26,13 @@ MAX_BYTES = 1 << 20
 
 
 class ReadRefused(Exception):
-    """A file that is not read: not a regular file, a symlink where none is followed, or unreadable."""
+    """A file that is not read: not a regular file, a symlink where none is followed, or unreadable. ``errno`` and
+    ``reason`` say why without the path (for a caller that raises OSError: digest.py); ``kind`` names what a file
+    that is not a regular one is ("FIFO", "directory", ...), else None."""
+
+    def __init__(self, message, errno_=errno.EINVAL, reason=None, kind=None):
+        super().__init__(message)
+        self.errno, self.reason, self.kind = errno_, reason or message, kind
 
 
 KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
@@ -40,41 +46,54 @@ def kind_of(mode):
     return next((name for test, name in KINDS if test(mode)), "special file")
 
 
+def _refused(path, exc):
+    return ReadRefused("%s cannot be read: %s" % (path, getattr(exc, "strerror", None) or exc),
+                       getattr(exc, "errno", None) or errno.EINVAL, getattr(exc, "strerror", None) or str(exc))
+
+
+def _not_regular(path, mode):
+    kind = kind_of(mode)
+    if stat.S_ISLNK(mode):
+        return ReadRefused("%s is a symlink: not followed" % path, errno.ELOOP, "a symlink, not followed")
+    return ReadRefused("%s is a %s, not a regular file: not read" % (path, kind), errno.EINVAL,
+                       "not a regular file (%s)" % kind, kind)
+
+
 def open_regular(path, follow=False, dir_fd=None):
     """An fd of the regular file ``path`` opened for reading without blocking. Raises FileNotFoundError, or
     ReadRefused naming what the file is (a FIFO, a device, a directory, a symlink with ``follow=False``)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    flags = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+             | (0 if follow else os.O_NOFOLLOW))
     try:
         # looked at before the open: opening a device can have effects, even without blocking
         before = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow).st_mode
     except FileNotFoundError:
         raise
     except (OSError, TypeError, ValueError) as exc:
-        raise ReadRefused("%s cannot be read: %s" % (path, getattr(exc, "strerror", None) or exc)) from None
-    if stat.S_ISLNK(before):
-        raise ReadRefused("%s is a symlink: not followed" % path)
+        raise _refused(path, exc) from None
     if not stat.S_ISREG(before):
-        raise ReadRefused("%s is a %s, not a regular file: not read" % (path, kind_of(before)))
+        raise _not_regular(path, before)
     try:
         fd = os.open(path, flags, dir_fd=dir_fd) if dir_fd is not None else os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
-            raise ReadRefused("%s is a symlink: not followed" % path) from None
+            raise _not_regular(path, stat.S_IFLNK) from None
         if exc.errno == errno.ENXIO:  # a FIFO with no writer, or a device without its driver, opened O_NONBLOCK
-            raise ReadRefused("%s is not a regular file (a FIFO or device): not read" % path) from None
-        raise ReadRefused("%s cannot be read: %s" % (path, exc.strerror or exc)) from None
+            raise ReadRefused("%s is not a regular file (a FIFO or device): not read" % path, errno.EINVAL,
+                              "not a regular file (a FIFO or device)", "FIFO or device") from None
+        raise _refused(path, exc) from None
     except (TypeError, ValueError) as exc:
         raise ReadRefused("%r is not a usable path: %s" % (path, exc)) from None
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:
         os.close(fd)
-        raise ReadRefused("%s cannot be read: %s" % (path, exc.strerror or exc)) from None
+        raise _refused(path, exc) from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ReadRefused("%s is a %s, not a regular file: not read" % (path, kind_of(mode)))
+        raise _not_regular(path, mode)
     return fd
 
 
@@ -101,7 +120,7 @@ def read_bounded(path, limit=MAX_BYTES, follow=False, dir_fd=None, tail=False):
     try:
         return read_fd(fd, limit, tail)
     except OSError as exc:
-        raise ReadRefused("%s cannot be read: %s" % (path, exc.strerror or exc)) from None
+        raise _refused(path, exc) from None
     finally:
         os.close(fd)
 

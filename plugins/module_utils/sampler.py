@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import stat
 import sys
 import time
 
@@ -131,12 +132,21 @@ def real_readers(job_dir, runner_pid, proc=procfs.PROC, root=cgroup.ROOT):
 
 
 def append(path, text):
-    """Append to samples.tsv; a full disk or a removed directory only loses this line."""
+    """Append to samples.tsv; a full disk or a removed directory only loses this line. Never blocks and never
+    writes through a link: a FIFO, a device or a symlink planted as samples.tsv loses the line too."""
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_NOCTTY", 0))
     try:
-        with open(path, "a") as handle:
-            handle.write(text)
-    except (IOError, OSError):
+        fd = os.open(path, flags, 0o644)
+    except OSError:  # ENXIO: a FIFO without a reader; ELOOP: a symlink
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.write(fd, text.encode("utf-8"))
+    except OSError:
         pass
+    finally:
+        os.close(fd)
 
 
 def run(job_dir, interval, runner_pid, readers=None, alive=None):

@@ -26,6 +26,7 @@ import stat
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import fsync_dir, replacing
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fsbudget import (
     check_budget,
@@ -137,7 +138,12 @@ def changed_error(src):
 def open_source(path, planned):
     """Open the planned source for reading: never through a symbolic link, never blocking on a FIFO, and only when
     it is still the planned file (same device, inode, size, mtime and ctime)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        fd = safe_read.open_regular(path)  # the collection's one non-blocking opener: never a link, a FIFO, a device
+    except safe_read.ReadRefused as exc:
+        if exc.kind or exc.errno == errno.ELOOP:
+            raise changed_error(path) from None
+        raise OSError(exc.errno, exc.reason, path) from None
     try:
         now = os.fstat(fd)
         if not stat.S_ISREG(now.st_mode) or identity(now) != identity(planned):
@@ -181,10 +187,11 @@ def copy_hashing(src, out, planned):
 
 
 def read_back(path):
-    """sha256 of what the filesystem holds, after asking the kernel to drop its cached pages."""
+    """sha256 of what the filesystem holds, after asking the kernel to drop its cached pages. Never blocks: a FIFO
+    in the copy's place is opened O_NONBLOCK here and refused by sha256_file (OSError EINVAL)."""
     fadvise = getattr(os, "posix_fadvise", None)
     if fadvise is not None:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
             fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:

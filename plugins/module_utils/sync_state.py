@@ -16,11 +16,14 @@ import hashlib
 import json
 import os
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 
 
 # Where a sync remembers what it verified, per destination, so that an unchanged re-run need not hash both sides.
 STATE_DIR = "~/.cache/remote_gpu.trainer/checked_sync"
+# A record larger than this is not read (the next run hashes again): about 200 bytes a file, so 250 000 files
+MAX_STATE_BYTES = 48 << 20
 
 
 def stat_key(st):
@@ -38,11 +41,16 @@ def state_path(dest):
 
 
 def load_state(dest):
-    """{rel: {"src": key, "dest": key, "sha256": hex}} recorded by the last verified sync into ``dest``; {} if none."""
+    """{rel: {"src": key, "dest": key, "sha256": hex}} recorded by the last verified sync into ``dest``; {} if none.
+
+    Read through safe_read.py, like every file in a directory the box's user can write: a FIFO, a device or a
+    symlink in the record's place, or a record larger than MAX_STATE_BYTES, is no record (never a hang)."""
     try:
-        with open(state_path(dest)) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        data, _size, cut = safe_read.read_bounded(state_path(dest), MAX_STATE_BYTES)
+        if cut:
+            return {}
+        data = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, safe_read.ReadRefused):
         return {}
     return data if isinstance(data, dict) else {}
 

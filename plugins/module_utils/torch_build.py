@@ -29,8 +29,9 @@ import ast
 import json
 import os
 import re
-import stat
 import subprocess
+
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 
 MAX_VERSION_PY = 64 * 1024  # a generated version.py has about 300 bytes
 MAX_PROBE_OUTPUT = 64 * 1024
@@ -111,23 +112,13 @@ def torch_record(python, location=None, version_py=None, dist_version=None, reas
 
 
 def read_bounded(path, limit=MAX_VERSION_PY):
-    """The text of a regular file of at most ``limit`` bytes -> str, or None (absent, not a file, too large)."""
+    """The text of a regular file of at most ``limit`` bytes -> str, or None (absent, not a file, too large). Read
+    through safe_read.py (a FIFO must not block the launch)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the launch
-    except OSError:
+        data, size, _cut = safe_read.read_bounded(path, limit + 1, follow=True)
+    except (OSError, safe_read.ReadRefused):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            fd = None
-            data = handle.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        if fd is not None:
-            os.close(fd)
-    if len(data) > limit:
+    if size > limit or len(data) > limit:
         return None
     return data.decode("utf-8", "replace")
 

@@ -160,8 +160,8 @@ def job_roots(run_dir):
     roots = []
     for name in names:
         paths = job_layout.job_paths(run_dir, name)
-        pid = job_layout.parse_int_file(job_layout.read_text(paths["pid_file"], limit=64))
-        starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"], limit=64))
+        pid = job_layout.parse_int_file(job_layout.read_text(paths["pid_file"], limit=64, follow=True))
+        starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"], limit=64, follow=True))
         if pid is not None and pid > 1 and procfs.is_same_process(pid, starttime):
             roots.append(pid)
     return roots

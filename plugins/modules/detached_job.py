@@ -267,7 +267,7 @@ def prepare(module, paths):
             raise io_error(exc, "create the job directory %s" % paths["job_dir"])
         check_log(paths, False)  # before anything that runs is written
         try:
-            job_wrapper.install_lib(lib_dir, (job_layout, atomic, procfs))
+            job_wrapper.install_lib(lib_dir)
             if not os.path.exists(wrapper):
                 atomic.write_atomic(wrapper, text, 0o700)
         except OSError as exc:
@@ -312,7 +312,7 @@ def launch(module, paths, wrapper, detach):
                 proc.returncode, proc.stderr.decode("utf-8", "replace").strip()))
     deadline = time.time() + PID_WAIT_SECONDS
     while time.time() < deadline:
-        pid = job_layout.parse_int_file(job_layout.read_text(paths["pid_file"]))
+        pid = job_layout.parse_int_file(job_layout.read_text(paths["pid_file"], follow=True))
         if pid is not None:
             return pid
         time.sleep(POLL_SECONDS)
@@ -422,7 +422,7 @@ def run(module, result):
         result["msg"] = "would start %s under %s" % (name, detach)
         return
     new_pid = launch(module, paths, result["wrapper"], detach)
-    starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"]))
+    starttime = job_layout.parse_int_file(job_layout.read_text(paths["starttime_file"], follow=True))
     result["running"] = procfs.is_same_process(new_pid, starttime)
     result["pid"] = new_pid if result["running"] else None
     ended = "" if result["running"] else " (it has already ended; see %s)" % paths["status_file"]

@@ -266,7 +266,7 @@ def build_module():
 def protected_roots(params):
     roots = set(params["protect_pids"])
     for path in params["protect_pid_files"]:
-        pid = job_layout.parse_int_file(job_layout.read_text(path))
+        pid = job_layout.parse_int_file(job_layout.read_text(path, follow=True))
         if pid is None:
             raise ReaperError("protect_pid_files: %s is missing or holds no PID; fix the path or drop it" % path)
         roots.add(pid)

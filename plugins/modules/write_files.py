@@ -137,7 +137,7 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, safe_read
 
 DIFF_LIMIT = 1 << 20  # the most bytes of an old file that diff mode shows
 
@@ -200,11 +200,13 @@ def chmod_directory(path, mode):
         os.close(fd)
 
 
-def read_regular(path, limit):
-    """The first ``limit`` bytes of the regular file ``path`` (never through a link, never blocking on a FIFO)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read(limit)
+def open_regular(path):
+    """An fd of the regular file ``path``, or None when it is no longer one (a link, a FIFO, a device swapped in
+    since it was looked at): through the collection's one non-blocking reader, module_utils/safe_read.py."""
+    try:
+        return safe_read.open_regular(path)
+    except (FileNotFoundError, safe_read.ReadRefused):
+        return None
 
 
 def write_file(spec, check, diffs):
@@ -221,14 +223,18 @@ def write_file(spec, check, diffs):
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise WriteError("%s is a directory: move it away, or write the file elsewhere" % path)
     old = b""
-    if info is not None and stat.S_ISREG(info.st_mode):
-        old = read_regular(path, max(len(data) + 1, DIFF_LIMIT if diffs is not None else 0))
-        if old == data:
-            if stat.S_IMODE(info.st_mode) == mode:
-                return "unchanged"
-            if not check:
-                os.chmod(path, mode)
-            return "mode"
+    fd = open_regular(path) if info is not None and stat.S_ISREG(info.st_mode) else None
+    if fd is not None:
+        try:
+            old = safe_read.read_fd(fd, max(len(data) + 1, DIFF_LIMIT if diffs is not None else 0))[0]
+            if old == data:
+                if stat.S_IMODE(os.fstat(fd).st_mode) == mode:
+                    return "unchanged"
+                if not check:
+                    os.fchmod(fd, mode)  # the file that was read, never a link swapped in since
+                return "mode"
+        finally:
+            os.close(fd)
     if not check and not os.path.isdir(os.path.dirname(path)):
         raise WriteError("the directory of %s does not exist: list it under directories" % path)
     if diffs is not None:

@@ -3,6 +3,7 @@ deadline, classify the outcome, and assert the case's expectation."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import subprocess
@@ -40,8 +41,9 @@ class Hang(Exception):
 class Case(object):
     """One hostile input.
 
-    ``target``: a module (its ``main()`` is run) or an action plugin class (its ``run()`` is run, through
-    ``tests/unit/plugins/action/controller_actions.py``). ``args``: the task's arguments, or a function of the test's
+    ``target``: a module (its ``main()`` is run), an action plugin class (its ``run()`` is run, through
+    ``tests/unit/plugins/action/controller_actions.py``), or a function ``(args) -> result dict`` for a reader that
+    runs on the box outside any module (the job's own scripts: launch.py's command line). ``args``: the task's arguments, or a function of the test's
     ``tmp_path`` that builds the hostile files and returns them. ``expect``: one of OUTCOMES. ``fragment``: what the
     message must contain (for ``error``). ``check``: a function ``(result, tmp_path)`` asserting that nothing unsafe
     happened (``refused``) or that the files are right (``ok``); it asserts, or returns False to fail the case.
@@ -93,6 +95,8 @@ def execute(case, capsys, tmp_path):
     try:
         if isinstance(case.target, type) and issubclass(case.target, ActionBase):
             result = _run_action(case.target, args, case.task_vars)
+        elif inspect.isfunction(case.target):
+            result = case.target(args)
         else:
             result = _run_module(case.target, args, capsys)
     except Hang:

@@ -264,7 +264,48 @@ def says(*words):
     return check
 
 
+def record_with(make):
+    """The record phase of a tick, after its decide phase, with ``make(history_dir, tmp)`` planted first."""
+    def build(tmp):
+        from controller_actions import run_action  # pylint: disable=import-outside-toplevel,import-error
+        history = tmp / "history"
+        history.mkdir()
+        args = {"history_dir": str(history), "report_path": str(tmp / "autopilot.json")}
+        decided = run_action(AutopilotDecide, dict(args, phase="decide"), task_vars=AUTOPILOT_VARS)
+        make(history, tmp)
+        return dict(args, phase="record", decisions=decided["decisions"])
+    return build
+
+
+def _lock_fifo(history, _tmp):
+    os.mkfifo(str(history / ".lock"))
+
+
+def _lock_held(history, _tmp):
+    """Another run that holds the history lock and never lets go."""
+    (history / ".lock").write_text("")
+    holder = hostile.start([sys.executable, "-c", "import fcntl, sys, time\n"
+                            "f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True)\n"
+                            "time.sleep(600)", str(history / ".lock")], stdout=subprocess.PIPE)
+    assert holder.stdout.readline().strip() == b"held"
+
+
+def record_says(*words):
+    def check(result, _tmp):
+        assert result["decisions"]["box1"]["state"], result
+        warnings = " ".join(result["history_warnings"])
+        for word in words:
+            assert word in warnings, result["history_warnings"]
+    return check
+
+
 HISTORY_CASES = [
+    Case("autopilot_decide record: a FIFO as the history lock file ends and says why", AutopilotDecide,
+         record_with(_lock_fifo), "ok", check=record_says(".lock", "not a regular file"), timeout=10,
+         task_vars=AUTOPILOT_VARS),
+    Case("autopilot_decide record: a history lock another run never lets go ends and says why", AutopilotDecide,
+         record_with(_lock_held), "ok", check=record_says(".lock", "locked by another run"), timeout=25,
+         task_vars=AUTOPILOT_VARS),
     Case("autopilot_decide: a FIFO as the host's history file ends and says why", AutopilotDecide,
          history_with(_fifo), "ok", check=says("box1.jsonl", "FIFO"), timeout=10, task_vars=AUTOPILOT_VARS),
     Case("autopilot_decide: a 3 GiB history file is read to its bound only, and says so", AutopilotDecide,
@@ -425,6 +466,10 @@ INVENTORY_ROWS = [
     ("runpod: api_url with user:password@ is refused at once, not retried and blamed on DNS", "runpod",
      "api_url: http://canary:%s@127.0.0.1:{closed}/v1\nretry_budget: 60\n" % URL_PASSWORD, [], "user information",
      (URL_PASSWORD,)),
+    ("runpod: a body nested 100,000 deep is a malformed response, not a RecursionError", "runpod",
+     "api_url: {url}\n", [{"raw": DEEP}], "malformed response", (KEY,)),
+    ("autodl: a body nested 100,000 deep is a malformed response, not a RecursionError", "autodl",
+     "api_url: {url}\n", [{"raw": DEEP}], "malformed response", (AUTODL_TOKEN,)),
     ("runpod: with cache on, the cache keeps no instance environment", "runpod",
      "api_url: {url}\ncache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: {tmp}/cache\n", [],
      None, (HF,)),

@@ -21,8 +21,10 @@ inventory cache, ansible-inventory's output) and every request the receivers got
 - patrol.yml (the README's command, -vvv) on a real local job that printed HF_TOKEN and WANDB_API_KEY from its job
   environment and died: job_status's result, the line, the table, the report, the history, fleet.html.
 
-Not covered here (they need the lab fleet): the launch playbook's own run (the credentials role writes the secrets
-file on the box, by design), teardown's receipts and the logs the collection writes on a remote box.
+Covered on the lab fleet instead, by tests/lab/tests/test_secret_canary_lab.py: the launch playbook's own run (the
+credentials role writes the secrets file on the box, by design: mode 0600, the one file not grepped), patrol and
+teardown (refused, a 401 echoing the key, approved) at -vvv, teardown's receipts and pulls, and every file the
+collection writes on the boxes.
 """
 
 from __future__ import annotations

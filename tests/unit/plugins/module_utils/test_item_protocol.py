@@ -192,6 +192,11 @@ def test_a_failed_sync_is_the_state_sync_failed_with_the_files_not_durable(out, 
     status_file = tmp_path / "items" / "000" / "status.json"
     job_layout.write_status(str(status_file), status)
     assert launch.pending(str(tmp_path / "items"), ["000"]) == ["000"]
+    # a resync copies only what launch recorded for the item (queue.json), never what a status alone names
+    assert "no queue record of launch" in launch.resync_item(str(status_file))[0]["sync_error"]
+    (tmp_path / "queue.json").write_text(json.dumps({"version": 1, "best": ["best*"], "items": [
+        {"item": "000", "arg": None, "output_dir": str(out), "sync_dest": str(blocker / "000")}]}))
+    job_layout.write_status(str(status_file), status)
 
     again, line = launch.resync_item(str(status_file))  # still blocked: still trained, not durable
     assert again["state"] == "sync_failed" and again["sync_attempts"] == 2 and "FAILED to sync" in line
@@ -274,6 +279,10 @@ def test_the_run_wrapper_retries_only_the_sync_of_a_trained_item(tmp_path):
     for script in scripts:
         with open(script["path"], "w") as handle:
             handle.write(script["text"])
+    # launch's record of the host's share: what a resync may copy (launch.recorded_problem)
+    (job_dir / "queue.json").write_text(json.dumps(launch.queue_record(
+        [{"item": "000", "arg": "a0"}], "train", "h", "r", 1, str(tmp_path / "out"), str(durable), best=["best*"],
+        scratch=["latest*"])))
     log = job_dir / "job.log"
     env = dict(os.environ, HOME_LOG=str(tmp_path / "runs.log"))
 

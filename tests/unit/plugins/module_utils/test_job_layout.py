@@ -186,11 +186,11 @@ def test_signal_trust_problem_refuses_plantable_pid_files(tmp_path):
 
 
 def test_the_wrapper_writes_private_pid_files_whatever_the_umask(tmp_path):
-    from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_wrapper, procfs
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_wrapper
 
     paths = job_layout.job_paths(str(tmp_path), "j")
     lib = str(tmp_path / "j" / "lib")
-    job_wrapper.install_lib(lib, (job_layout, atomic, procfs))
+    job_wrapper.install_lib(lib)
     text = job_wrapper.wrapper_text("j", paths, "true", python=sys.executable, lib_dir=lib)
     wrapper = tmp_path / "j" / job_wrapper.wrapper_name(text)
     wrapper.write_text(text)

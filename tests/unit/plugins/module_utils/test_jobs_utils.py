@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, job_layout, job_log, job_wrapper, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, job_log, job_wrapper
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import jobs
 
 REGEX = job_log.compile_progress(None)
@@ -210,10 +210,10 @@ def test_the_wrapper_writes_its_status_with_job_layout(tmp_path):
 
     paths = job_layout.job_paths(str(tmp_path), "abl-1")
     lib = str(tmp_path / "abl-1" / "lib")
-    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is True
-    assert job_wrapper.install_lib(lib, (job_layout, atomic, procfs)) is False  # unchanged: nothing written
+    assert job_wrapper.install_lib(lib) is True
+    assert job_wrapper.install_lib(lib) is False  # unchanged: nothing written
     package = os.path.join(lib, *job_wrapper.PACKAGE.split("/"))
-    assert sorted(os.listdir(package)) == ["atomic.py", "job_layout.py", "procfs.py"]
+    assert sorted(os.listdir(package)) == ["atomic.py", "job_layout.py", "procfs.py", "safe_read.py"]
     text = job_wrapper.wrapper_text("abl-1", paths, "exit 3", python=sys.executable, lib_dir=lib)
     assert "printf '{" not in text and "-m %s status" % job_layout.CLI_MODULE in text
     wrapper = tmp_path / "abl-1" / job_wrapper.wrapper_name(text)
@@ -223,6 +223,19 @@ def test_the_wrapper_writes_its_status_with_job_layout(tmp_path):
     status = json.loads((tmp_path / "abl-1" / "status.json").read_text())
     assert status["exit_code"] == 3 and status["item"] is None and status["started"] and status["finished"]
     assert "==== trainer: finished " in (tmp_path / "abl-1" / "job.log").read_text()
+
+
+def test_the_job_library_holds_everything_job_layout_imports():
+    """detached_job ships JOB_LIB to the job directory; a module_util that job_layout (or one of the list) imports and
+    that is not in it would make the wrapper's status call fail on the box with an ImportError."""
+    import re
+
+    shipped = {module.__name__.rsplit(".", 1)[-1] for module in job_wrapper.JOB_LIB}
+    for module in job_wrapper.JOB_LIB:
+        source = job_wrapper.module_source(module)
+        imports = re.findall(r"plugins\.module_utils(?:\.(\w+)| import ([\w, ]+))", source)
+        for name in {m.split()[0] for a, b in imports for m in (a or b).split(",")}:
+            assert name in shipped, "%s imports %s, which JOB_LIB does not ship" % (module.__name__, name)
 
 
 def test_open_log_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
@@ -289,7 +302,7 @@ def test_the_wrapper_ends_with_exit_74_when_its_log_cannot_be_written(tmp_path):
     log_dir.mkdir()
     paths = job_layout.job_paths(str(tmp_path), "j", str(log_dir))
     lib = str(tmp_path / "j" / "lib")
-    job_wrapper.install_lib(lib, (job_layout, atomic, procfs))
+    job_wrapper.install_lib(lib)
     text = job_wrapper.wrapper_text("j", paths, "echo ran > %s/ran" % tmp_path, python=sys.executable, lib_dir=lib)
     wrapper = tmp_path / "j" / job_wrapper.wrapper_name(text)
     wrapper.write_text(text)
