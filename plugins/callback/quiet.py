@@ -19,10 +19,8 @@ description:
     C(included:) lines of role and task includes, which are ok results too.
   - With C(-v) or more, it prints every ok result, as the default callback does with O(display_ok_hosts=true).
   - A failure of M(ansible.builtin.fail) or M(ansible.builtin.assert) (a playbook's own verdict, such as patrol's
-    escalation of a host), or of a module or action of this collection (whose messages say what is wrong and what to
-    do, such as teardown's gate), prints its C(fatal:) line with the message once, without the C([ERROR]) block and
-    the task's source lines that ansible-core 2.19 and later print above it with the same message; with C(-vv) or
-    more, both.
+    escalation of a host) prints its C(fatal:) line with the message once, without the C([ERROR]) block and the task's
+    source lines that ansible-core 2.19 and later print above it with the same message; with C(-vv) or more, both.
   - Changed, failed and unreachable results, warnings, the recap and, with O(display_ok_hosts=true), everything else
     print exactly as the default callback prints them.
   - The collection's C(ansible.cfg) selects it with O(display_skipped_hosts=false) and O(display_ok_hosts=false).
@@ -40,11 +38,9 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 
-# The actions whose failure is a playbook's verdict: their message is the whole story. So is the message of this
-# collection's modules and actions (they never fail with a traceback).
+# The actions whose failure is a playbook's verdict: their message is the whole story.
 VERDICT_ACTIONS = frozenset(("fail", "assert", "ansible.builtin.fail", "ansible.builtin.assert",
                              "ansible.legacy.fail", "ansible.legacy.assert"))
-OWN_PREFIX = "remote_gpu.trainer."
 
 
 def _parts(result):
@@ -95,7 +91,6 @@ class CallbackModule(DefaultCallback):
     def _handle_warnings_and_exception(self, result):
         data, task = _parts(result)
         if (self._display.verbosity < 2 and isinstance(data, dict) and data.get("msg")
-                and (getattr(task, "action", None) in VERDICT_ACTIONS
-                     or str(getattr(task, "action", None)).startswith(OWN_PREFIX))):
+                and getattr(task, "action", None) in VERDICT_ACTIONS):
             data.pop("exception", None)  # the fatal line below shows the message; the [ERROR] block would repeat it
         return super()._handle_warnings_and_exception(result)

@@ -51,16 +51,6 @@ def playbook(tmp_path_factory):
     return root / "play.yml"
 
 
-def test_a_refusal_of_the_collections_own_action_shows_its_message_once(playbook):
-    refusal = playbook.parent / "refusal.yml"
-    refusal.write_text("- name: Refusal\n  hosts: all\n  gather_facts: false\n  tasks:\n"
-                       "    - name: A report without the result it needs\n"
-                       "      remote_gpu.trainer.fleet_report:\n        kind: patrol\n        result_vars: {}\n")
-    out = run(refusal, ANSIBLE_DISPLAY_SKIPPED_HOSTS="false", ANSIBLE_DISPLAY_OK_HOSTS="false")
-    assert "fatal: [localhost]: FAILED!" in out and out.count("kind=patrol needs result_vars.job_status") == 1, out
-    assert "[ERROR]" not in out and "Origin:" not in out, out
-
-
 def test_the_error_block_of_a_failure_is_back_with_vv(playbook):
     out = run(playbook, "-vv", ANSIBLE_DISPLAY_SKIPPED_HOSTS="false", ANSIBLE_DISPLAY_OK_HOSTS="false")
     assert out.count("the failure of this host") >= 1 and "fatal: [localhost]: FAILED!" in out, out
