@@ -18,9 +18,6 @@ description:
     launch's assignment table and its one line per host. This callback still prints those, and hides the
     C(included:) lines of role and task includes, which are ok results too.
   - With C(-v) or more, it prints every ok result, as the default callback does with O(display_ok_hosts=true).
-  - A failure of M(ansible.builtin.fail) or M(ansible.builtin.assert) (a playbook's own verdict, such as patrol's
-    escalation of a host) prints its C(fatal:) line with the message once, without the C([ERROR]) block and the task's
-    source lines that ansible-core 2.19 and later print above it with the same message; with C(-vv) or more, both.
   - Changed, failed and unreachable results, warnings, the recap and, with O(display_ok_hosts=true), everything else
     print exactly as the default callback prints them.
   - The collection's C(ansible.cfg) selects it with O(display_skipped_hosts=false) and O(display_ok_hosts=false).
@@ -38,23 +35,13 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 
-# The actions whose failure is a playbook's verdict: their message is the whole story.
-VERDICT_ACTIONS = frozenset(("fail", "assert", "ansible.builtin.fail", "ansible.builtin.assert",
-                             "ansible.legacy.fail", "ansible.legacy.assert"))
-
-
-def _parts(result):
-    """(the result's dict, its task) on every ansible-core (2.19's CallbackTaskResult, or the older TaskResult)."""
-    data = getattr(result, "result", None)
-    if data is None:
-        data = getattr(result, "_result", {})
-    return data, getattr(result, "task", None) or getattr(result, "_task", None)
-
-
 def says_something(result):
     """Whether an ok result carries a message for people: debug's (and assert's success message) are always shown
     by the default callback when ok results are shown at all."""
-    data, task = _parts(result)
+    data = getattr(result, "result", None)
+    if data is None:
+        data = getattr(result, "_result", {})  # ansible-core before 2.19
+    task = getattr(result, "task", None) or getattr(result, "_task", None)
     return (isinstance(data, dict) and data.get("_ansible_verbose_always") is True and not data.get("changed")
             and not isinstance(task, TaskInclude))
 
@@ -87,10 +74,3 @@ class CallbackModule(DefaultCallback):
     def v2_playbook_on_include(self, included_file):
         if self.get_option("display_ok_hosts") or self._display.verbosity > 0:
             super().v2_playbook_on_include(included_file)
-
-    def _handle_warnings_and_exception(self, result):
-        data, task = _parts(result)
-        if (self._display.verbosity < 2 and isinstance(data, dict) and data.get("msg")
-                and getattr(task, "action", None) in VERDICT_ACTIONS):
-            data.pop("exception", None)  # the fatal line below shows the message; the [ERROR] block would repeat it
-        return super()._handle_warnings_and_exception(result)
