@@ -160,9 +160,36 @@ def index_path(html_path):
     return html_path[:-len(".html")] + ".json" if html_path else None
 
 
-def update_dashboard(args, rows, hostvars, clocks, now):
+# Inventory file names that say nothing about the fleet: the directory that holds them names it instead.
+GENERIC_INVENTORY_NAMES = ("hosts", "inventory", "main", "all", "fleet")
+
+
+def fleet_name(name, sources):
+    """The dashboard's title: ``name`` (the fleet_name option) when given, else the first inventory source's name
+    (``my_fleet.yml`` -> my_fleet, ``inventories/autodl/hosts.yml`` -> autodl, ``prod.remote_gpu.yml`` -> prod),
+    else ``fleet``."""
+    if name:
+        return name
+    for source in sources if isinstance(sources, (list, tuple)) else [sources] if sources else []:
+        path = os.path.normpath(str(source)).rstrip(os.sep)
+        stem = os.path.basename(path).split(".", 1)[0]
+        if stem.lower() in GENERIC_INVENTORY_NAMES or not stem:
+            stem = os.path.basename(os.path.dirname(path))
+        if stem:
+            return stem
+    return "fleet"
+
+
+def inventory_hosts(task_vars):
+    """Every host name of the inventory (groups.all), or None when the variables do not say."""
+    hosts = (task_vars.get("groups") or {}).get("all")
+    return set(hosts) if isinstance(hosts, (list, tuple, set)) else None
+
+
+def update_dashboard(args, rows, hostvars, clocks, now, inventory=None):
     """Append each row to its host's history (args.history_dir), then, with args.html_path, draw the page and its
-    JSON index from every host's history -> the warnings (a refused host name, a torn line)."""
+    JSON index from every host's history -> the warnings (a refused host name, a torn line). With ``inventory`` (host
+    names), the page has cards for those hosts only; hosts with history that it no longer holds are listed as gone."""
     warnings = []
     for row in rows:
         host_vars = hostvars.get(row["host"])
@@ -186,8 +213,9 @@ def update_dashboard(args, rows, hostvars, clocks, now):
     fleet, more = fleet_history.load_fleet(args["history_dir"], now, window=window, points=fleet_html.SAMPLE_POINTS,
                                            recent=fleet_html.RATE_WINDOW)
     warnings += more
-    page = fleet_html.render(fleet, now, title=args["title"], clocks=clocks, warnings=warnings, window=window,
-                             warn_pct=args["disk_warn_pct"], fail_pct=args["disk_fail_pct"])
+    page = fleet_html.render(fleet, now, title=args["fleet_name"], clocks=clocks, warnings=warnings, window=window,
+                             warn_pct=args["disk_warn_pct"], fail_pct=args["disk_fail_pct"], inventory=inventory,
+                             source=args["title"])
     base = os.path.dirname(os.path.abspath(args["html_path"]))
     files = {}
     for host in fleet:
@@ -197,7 +225,7 @@ def update_dashboard(args, rows, hostvars, clocks, now):
         except fleet_history.HistoryError:
             continue
         files[host] = path if not path.startswith("..") else fleet_history.file_name(host)
-    index = fleet_html.index(fleet, now, files, window)
+    index = fleet_html.index(fleet, now, files, window, inventory=inventory, title=args["fleet_name"])
     write_file(args["html_path"], page, "dashboard")
     write_file(index_path(args["html_path"]), json.dumps(index, indent=1, sort_keys=True) + "\n", "dashboard index")
     return warnings
@@ -244,7 +272,9 @@ class ActionModule(DocumentedAction):
         if args["prom_path"]:
             # written 0644: node_exporter usually runs as its own user
             write_file(args["prom_path"], fleet_prom.prometheus_text(rows, time.time()), "Prometheus textfile")
-        warnings = update_dashboard(args, rows, hostvars, clocks, time.time()) if args["history_dir"] else []
+        args["fleet_name"] = fleet_name(args.get("fleet_name"), task_vars.get("ansible_inventory_sources"))
+        warnings = update_dashboard(args, rows, hostvars, clocks, time.time(),
+                                    inventory=inventory_hosts(task_vars)) if args["history_dir"] else []
         for warning in warnings:
             display.warning("fleet history: %s" % warning)
         result.update(changed=False, summary=counts, failing=failing, report_path=args["report_path"],

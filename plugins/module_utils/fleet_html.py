@@ -9,7 +9,10 @@ The page has no script and fetches nothing: its Content-Security-Policy forbids 
 data: images, so it opens from a laptop's disk or a static web server. Every string that came from a box or the
 inventory (host names, findings, log lines) is HTML-escaped; numbers are formatted, never copied. Charts are inline
 SVG polylines, one point per history record in the window (at most MAX_POINTS: beyond that every k-th record).
-A host's queue and progress are charted per job (the records' ``by_job``): one chart per (host, job)."""
+A host's queue and progress are charted per job (the records' ``by_job``): one chart per (host, job).
+Given the inventory's hosts, the page has cards for those only; a host that has history but is no longer in the
+inventory is listed under "Gone", outside the summary. The font stack ends in CJK fonts, for the platforms' Chinese
+console words (关机, 释放) on a machine whose default fonts lack them."""
 
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ CSS = """
 @media (prefers-color-scheme:dark){:root{--bg:#0d1117;--fg:#e6edf3;--muted:#8d96a0;--card:#161b22;--line:#30363d;
 --pass:#3fb950;--warn:#d29922;--fail:#f85149;--down:#a371f7;--s1:#58a6ff;--s2:#f0883e;--thr:#f85149;--thw:#d29922}}
 *{box-sizing:border-box}body{margin:0;padding:12px;background:var(--bg);color:var(--fg);
-font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans CJK SC","Source Han Sans SC","PingFang SC",
+"Hiragino Sans GB","Microsoft YaHei","WenQuanYi Micro Hei","Noto Sans CJK JP","Noto Sans CJK KR",sans-serif}
 h1{font-size:20px;margin:4px 0 8px}h2{font-size:16px;margin:16px 0 8px}.muted{color:var(--muted)}
 .alerts{border:2px solid var(--fail);border-radius:8px;padding:8px 12px;background:var(--card)}
 .alerts li{margin:4px 0}.summary{display:flex;flex-wrap:wrap;gap:8px}.stat{background:var(--card);
@@ -335,6 +339,18 @@ def _job_chart(job, now):
     return chart("%s: progress" % job["name"], job, [("prog", "s1")], top=1.0, now=now, job=job["name"])
 
 
+def without_action(message, action):
+    """``message`` without the action at its end, when it repeats it (a finding's message often ends with what to do,
+    which the card shows once, as its action); the message as it is otherwise."""
+    if not isinstance(message, str) or not isinstance(action, str) or not message or not action:
+        return message  # a hand-edited record may hold anything
+    probe = action.strip().rstrip(".\u2026").strip()[:40].lower()
+    at = message.lower().rfind(probe) if len(probe) >= 8 else -1
+    if at <= 0:
+        return message
+    return message[:at].rstrip(" .;:,-") + "."
+
+
 def _card(view, now, warn_pct, fail_pct):
     cls = VERDICT_CLASS.get(view["verdict"], "v-down")
     rows = [("platform", view["platform"] or "-"), ("GPU", view["gpu"] or "-")]
@@ -360,8 +376,9 @@ def _card(view, now, warn_pct, fail_pct):
     if view["spent"] is not None:
         rows.append(("spent", "about %.2f %s" % (view["spent"], view["currency"])))
     rows.append(("checked", "%s ago (%s)" % (ago(now - view["t"]), view["kind"] or "?")))
-    top = ("<b>%s</b>: %s" % (esc(view["top"]), esc(view["msg"] or "")) if view["top"] else
-           esc(view["msg"] or "no finding"))
+    message = without_action(view["msg"], view["action"])
+    top = ("<b>%s</b>: %s" % (esc(view["top"]), esc(message or "")) if view["top"] else
+           esc(message or "no finding"))
     disk = [(warn_pct, "thw", "warn %d%%" % warn_pct), (fail_pct, "thr", "fail %d%%" % fail_pct)]
     progress_key = "done" if view["series"]["done"] else "prog"
     if jobs is not None:  # one chart per job of the box: two experiments never share (and zig-zag) one line
@@ -409,17 +426,40 @@ def _alerts(views, clocks, now):
     return '<section class="alerts" id="alerts"><h2>Needs attention</h2><ul>%s</ul></section>' % "".join(items)
 
 
-def fleet_views(fleet, now, window=WINDOW):
-    """The views of the hosts seen within ``window``, worst verdict first, then by host name."""
+def fleet_views(fleet, now, window=WINDOW, inventory=None):
+    """The views of the hosts seen within ``window``, worst verdict first, then by host name; with ``inventory`` (the
+    inventory's host names), of those hosts only."""
     views = [host_view(host, records, now, window) for host, records in fleet.items()
-             if records and records[-1].get("t", 0) >= now - window]  # a host gone for longer is left out
+             if records and records[-1].get("t", 0) >= now - window  # a host gone for longer is left out
+             and (inventory is None or host in inventory)]
     order = dict((verdict, i) for i, verdict in enumerate(VERDICTS))
     return sorted(views, key=lambda v: (order.get(v["verdict"], 0), v["host"]))
 
 
-def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, warn_pct=85, fail_pct=95):
-    """The dashboard page (text) of ``fleet`` ({host: history records sorted by time}) at epoch ``now``."""
-    views = fleet_views(fleet, now, window)
+def gone_hosts(fleet, now, window=WINDOW, inventory=None):
+    """[(host, its last record)] of the hosts seen within ``window`` that ``inventory`` no longer holds, by name."""
+    if inventory is None:
+        return []
+    return [(host, records[-1]) for host, records in sorted(fleet.items())
+            if host not in inventory and records and (_num(records[-1].get("t")) or 0) >= now - window]
+
+
+def _gone(gone, now):
+    if not gone:
+        return ""
+    items = "".join('<li data-gone="%s"><b>%s</b>: %s, last checked %s ago</li>' % (
+        esc(host), esc(host), esc(_text(last.get("verdict")) or "?"), esc(ago(now - _num(last.get("t"))))) for host, last in gone)
+    return ('<h2>Gone</h2><section class="gone"><p class="muted">not in the inventory any more; their history stays '
+            'in the history directory</p><ul>%s</ul></section>' % items)
+
+
+def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, warn_pct=85, fail_pct=95, inventory=None,
+           source=None):
+    """The dashboard page (text) of ``fleet`` ({host: history records sorted by time}) at epoch ``now``, titled
+    ``title`` (the fleet's name); with ``inventory`` (host names), cards for those hosts only and the others under
+    "Gone"; ``source`` names the run that wrote the page (patrol, preflight)."""
+    views = fleet_views(fleet, now, window, inventory)
+    gone = gone_hosts(fleet, now, window, inventory)
     total = summary(views, now)
     verdicts = " ".join('<span class="verdict %s">%s %d</span>' % (VERDICT_CLASS.get(v, "v-down"), esc(v), n)
                         for v, n in sorted(total["verdicts"].items(), key=lambda i: VERDICTS.index(i[0])
@@ -448,18 +488,19 @@ def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, war
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             "<meta name=\"color-scheme\" content=\"light dark\">"
             "<title>%s: %d host(s)</title><style>%s</style></head><body>"
-            "<h1>%s</h1><p class=\"muted\">generated %s; charts over the last %s</p>%s"
+            "<h1>%s</h1><p class=\"muted\">generated %s%s; charts over the last %s</p>%s"
             "<h2>Fleet</h2><section class=\"summary\">%s</section><h2>Hosts</h2><section class=\"grid\">%s</section>"
-            "<footer class=\"muted\">%s remote_gpu.trainer fleet dashboard</footer></body></html>\n" % (
-                esc(title), len(views), CSS, esc(title), esc(utc(now)), esc(ago(window)),
-                _alerts(views, clocks, now), summary_html,
+            "%s<footer class=\"muted\">%s remote_gpu.trainer fleet dashboard</footer></body></html>\n" % (
+                esc(title), len(views), CSS, esc(title), esc(utc(now)), " by %s" % esc(source) if source else "",
+                esc(ago(window)), _alerts(views, clocks, now), summary_html,
                 "".join(_card(view, now, warn_pct, fail_pct) for view in views) or "<p>no history yet</p>",
-                warn_html))
+                _gone(gone, now), warn_html))
 
 
-def index(fleet, now, files=None, window=WINDOW):
-    """The JSON index next to the page: the summary and one entry per host (no series, no wordy history)."""
-    views = fleet_views(fleet, now, window)
+def index(fleet, now, files=None, window=WINDOW, inventory=None, title=None):
+    """The JSON index next to the page: the fleet's name, the summary and one entry per host (no series, no wordy
+    history); with ``inventory``, its hosts only, and the names of the others under ``gone``."""
+    views = fleet_views(fleet, now, window, inventory)
     hosts = []
     for view in views:
         entry = dict((key, value) for key, value in view.items() if key not in ("series", "start", "jobs_view"))
@@ -471,4 +512,6 @@ def index(fleet, now, files=None, window=WINDOW):
         if files and view["host"] in files:
             entry["history_file"] = files[view["host"]]
         hosts.append(entry)
-    return {"generated_at": utc(now), "generated_epoch": int(now), "window_s": window, "summary": summary(views, now), "hosts": hosts}
+    return {"generated_at": utc(now), "generated_epoch": int(now), "window_s": window, "summary": summary(views, now),
+            "hosts": hosts, "gone": [host for host, _last in gone_hosts(fleet, now, window, inventory)],
+            "title": title}

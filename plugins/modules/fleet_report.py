@@ -95,6 +95,13 @@ options:
     description: Name of the run, printed under the table and stored in the report.
     type: str
     default: fleet
+  fleet_name:
+    description:
+      - The fleet's name, the dashboard's title (O(html_path)).
+      - Default is the name of the first inventory source (C(my_fleet.yml) names the fleet C(my_fleet);
+        C(inventories/autodl/hosts.yml) names it C(autodl), since C(hosts), C(inventory) and C(main) say nothing).
+        The playbooks pass the variable C(fleet_name) when it is set (in the inventory's C(all.vars), or C(-e)).
+    type: str
   fail_run:
     description:
       - Fail the task when a host is not fit. V(false) only prints and reports (the rows then show the verdicts).
@@ -143,6 +150,8 @@ options:
       - Write the fleet dashboard, one self-contained HTML page (no script, no network fetch), from the history
         of every host in O(history_dir), and its JSON index next to it (the same name ending in C(.json)).
         Must end in C(.html) and needs O(history_dir). Omit to write none.
+      - Cards for the hosts of the current inventory only; a host that has history but is no longer in the
+        inventory is listed under C(Gone) (name, last verdict, when it was last checked), outside the summary.
       - A card per host (verdict, top finding and its action, queue, each job's state, items, progress and log
         age, GPU, disks, price), trend charts over the last O(chart_days) days (one per job of the host, so two
         experiments on one box are two lines), the fleet summary (verdicts, queue completion, estimated finish,

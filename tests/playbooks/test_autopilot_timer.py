@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -154,6 +155,39 @@ def test_default_command_runs_the_playbook_with_the_install_inventory_under_cron
     subprocess.run(["/bin/sh", "-c", job], env=CRON_ENV, cwd="/", timeout=300, check=False)
     log = (tmp_path / "state" / "tick.log").read_text()
     assert "tick over localhost" in log and "failed=0" in log, log[-2000:]
+
+
+def cron_daemon_runs():
+    """Whether a process named as a cron daemon runs on this machine (what the role looks for)."""
+    for comm in pathlib.Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() in ("cron", "crond", "fcron"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_warns_when_no_cron_daemon_will_run_the_entry(tmp_path, timer):
+    """No cron daemon runs here (and no systemd user manager): the install says that nothing will run the tick.
+    With a process named cron running (a copy of sleep, which is all the role can see of a daemon), it does not."""
+    if cron_daemon_runs():
+        pytest.skip("a cron daemon runs on this machine: the case of the warning cannot be made here")
+    _name, settings = timer
+    settings["autopilot_timer_command"] = ["true"]
+    warning = "WARNING the cron entry is installed, but no cron daemon runs on this machine"
+    proc, output = play(tmp_path, settings, "--check")
+    assert proc.returncode == 0 and warning in " ".join(output.split()), output[-3000:]
+    assert "start cron (sudo systemctl enable --now cron" in " ".join(output.split())
+    stand_in = tmp_path / "cron"
+    shutil.copy(shutil.which("sleep"), stand_in)
+    daemon = subprocess.Popen([str(stand_in), "300"])
+    try:
+        proc, output = play(tmp_path, settings, "--check")
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert proc.returncode == 0 and "no cron daemon runs" not in output, output[-3000:]
 
 
 def test_bad_settings_are_refused_with_a_reason(tmp_path, timer):

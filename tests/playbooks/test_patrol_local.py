@@ -77,7 +77,7 @@ def test_patrol_escalates_a_stopped_job_and_refuses_a_textfile_without_prom_suff
     row = report["hosts"][0]
     assert row["verdict"] == "FAIL" and any(r.startswith("job_gone_incomplete: ") for r in row["reasons"])
     assert "localhost FAIL train GONE items 0/3 epoch 1 exit 143 (stopped)" in proc.stdout
-    assert "1 host(s) escalated: localhost: job_gone_incomplete" in proc.stdout
+    assert "fatal: [localhost]: FAILED!" in proc.stdout and "escalated: job_gone_incomplete" in proc.stdout
     proc = run_playbook(REPO / "playbooks/patrol.yml", local_inventory, "-e", "patrol_run_dir=%s" % run_dir,
                         "-e", "patrol_report_path=%s" % (tmp_path / "r.json"), "-e",
                         "patrol_prom_path=%s" % (tmp_path / "trainer.txt"), **gpu_env())

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_html import without_action
 from labhelpers import REPO, needs_root, started_fleet
 from test_patrol_lab import adhoc, patrol
 
@@ -64,12 +65,14 @@ class Dom(html.parser.HTMLParser):
 
     def __init__(self, text):
         super().__init__(convert_charrefs=True)
-        self.cards, self.tags, self.card, self.job = {}, [], None, None
+        self.cards, self.tags, self.card, self.job, self.gone, self.h1 = {}, [], None, None, [], []
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self.tags.append(tag)
+        if "data-gone" in attrs:
+            self.gone.append(attrs["data-gone"])
         if tag == "article":
             self.card = self.cards.setdefault(attrs["data-host"], {"charts": {}, "text": []})
         elif self.card is not None and "data-verdict" in attrs:
@@ -83,6 +86,8 @@ class Dom(html.parser.HTMLParser):
                                                                      len(attrs["points"].split()))
 
     def handle_data(self, data):
+        if self.tags and self.tags[-1] == "h1" and self.card is None:
+            self.h1.append(data)
         if self.card is not None:
             self.card["text"].append(data)
 
@@ -106,7 +111,11 @@ def fleet(lab_free, tmp_path_factory):
 def ticks(fleet, tmp_path_factory):
     """TICKS patrol ticks; the reports directory and the last tick's rows."""
     out = tmp_path_factory.mktemp("reports")
-    for _tick in range(TICKS):
+    for tick in range(TICKS):
+        if tick == 1:  # a host of an earlier inventory (as the demo's lab-04 for a 3-host fleet): history, no host
+            records = (out / "history" / "lab-04.jsonl").read_text().splitlines()
+            (out / "history" / "lab-09.jsonl").write_text("".join(
+                json.dumps(dict(json.loads(line), host="lab-09")) + "\n" for line in records))
         proc, rows = patrol(fleet, out, "-e", "patrol_fail_run=false", "-e", "patrol_history_dir=%s" % (out / "history"),
                             "-e", "patrol_html_path=%s" % (out / "fleet.html"))
         assert proc.returncode == 0 and sorted(rows) == ["lab-01", "lab-02", "lab-03", "lab-04"], proc.stdout
@@ -136,14 +145,23 @@ def test_chromium_shows_every_card_its_charts_and_no_console_error(fleet, ticks,
     dom_text, console = browse(page.as_uri(), tmp_path, "--dump-dom")
     assert console == [], console
     dom = Dom(dom_text)
-    assert sorted(dom.cards) == sorted(rows)
+    # the inventory's hosts only; lab-09 (history, but not in the inventory) is listed as gone, not as a card
+    assert sorted(dom.cards) == sorted(rows) and dom.gone == ["lab-09"]
+    # titled after the fleet (the lab's inventory file, <state>/inventory.yml: its directory's name), not "patrol"
+    assert "".join(dom.h1) == os.path.basename(os.path.dirname(fleet.inventory_path)), dom.h1
+    # the font stack falls back to CJK fonts (关机, 释放 in the platforms' actions)
+    assert '"Noto Sans CJK SC","Source Han Sans SC","PingFang SC"' in dom_text
     for host, row in rows.items():
         card = dom.cards[host]
         words = "".join(card["text"])
         assert card["verdict"] == row["verdict"] and row["verdict"] in words
         code = row["top_finding"].split(":", 1)[0] if row["top_finding"] != "-" else ""
         assert card["top"] == code, (host, card["top"], row["top_finding"])
-        assert (row["top_finding"] in words) if code else "no finding" in words
+        # the top finding, and its action once (a finding's message often ends with its action too)
+        action = next((f.get("action") for f in row["findings"] if f.get("code") == code), None) if code else None
+        assert (without_action(row["top_finding"], action) in words) if code else "no finding" in words
+        if action:
+            assert words.count(action.strip().rstrip(".")[:60]) == 1, (host, words)
         # one point per history record that holds the value
         records = [json.loads(line) for line in (out / "history" / ("%s.jsonl" % host)).read_text().splitlines()]
         assert len(records) == TICKS

@@ -215,4 +215,4 @@ def test_two_experiments_on_one_box_are_both_patrolled_charted_and_a_too_fast_it
         ("exp2", "DONE", 0), ("train", "DONE", 1)]
     assert row["verdict"] == "FAIL" and row["reasons"][0].startswith("item_too_fast: train: ")
     assert lines[BOX][0].endswith("| escalate: item_too_fast"), lines[BOX][0]
-    assert "1 host(s) escalated: lab-01: item_too_fast" in proc.stdout
+    assert "fatal: [lab-01]: FAILED!" in proc.stdout and "escalated: item_too_fast" in proc.stdout

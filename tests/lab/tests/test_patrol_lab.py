@@ -88,6 +88,12 @@ def host_line(proc, host):
     return lines[0]
 
 
+def recap_failed(proc):
+    """{host: failed=N} of the play recap."""
+    recap = proc.stdout[proc.stdout.index("PLAY RECAP"):]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:.*\bfailed=(\d+)", recap, re.M)}
+
+
 def codes(row):
     return {finding["code"] for finding in row["findings"]}
 
@@ -112,10 +118,15 @@ def test_job_killed_mid_run_is_gone_on_the_next_tick_with_its_last_lines(fleet, 
     while fleet.ssh("lab-02", "test -e ~/.trainer/jobs/train/status.json", check=False).returncode != 0:
         assert time.monotonic() < deadline, "the wrapper wrote no status after the kill"
         time.sleep(0.2)
-    proc, rows = patrol(fleet, tmp_path, "-l", "lab-02")
+    # with lab-01 (healthy, and the first host of the play: the one that prints the table) in the same tick
+    proc, rows = patrol(fleet, tmp_path, "-l", "lab-01,lab-02")
     assert proc.returncode != 0
     row = rows["lab-02"]
     assert row["verdict"] == "FAIL" and "job_gone_incomplete" in codes(row)
+    assert rows["lab-01"]["verdict"] == "PASS", proc.stdout
+    # the failure is lab-02's, on screen and in the recap; lab-01 did not fail
+    assert recap_failed(proc) == {"lab-01": 0, "lab-02": 1}, proc.stdout
+    assert "fatal: [lab-02]: FAILED!" in proc.stdout and "fatal: [lab-01" not in proc.stdout, proc.stdout
     # the shell's "<pid> Killed" message is a crash marker too (kind killed)
     assert any(reason.startswith("job_gone_incomplete: train is not running at 2/7 items (exit code 137")
                for reason in row["reasons"]), row["reasons"]
@@ -126,7 +137,7 @@ def test_job_killed_mid_run_is_gone_on_the_next_tick_with_its_last_lines(fleet, 
     assert "==== trainer:" not in line, line
     assert line.endswith("escalate: job_gone_incomplete, job_crashed")
     assert row["top_finding"].startswith("job_gone_incomplete: ")
-    assert "1 host(s) escalated: lab-02: " in proc.stdout and "job_gone_incomplete: train is not running" in proc.stdout
+    assert "escalated: job_gone_incomplete: train is not running" in proc.stdout
 
 
 def test_traceback_escalates_as_a_crash(fleet, tmp_path):
@@ -174,7 +185,10 @@ def test_whole_fleet_keeps_unreachable_and_hanging_hosts_in_the_table(fleet, tmp
     assert rows["lab-06"]["verdict"] == "FAIL" and codes(rows["lab-06"]) == {"probe_timeout"}
     for host in rows:
         host_line(proc, host)  # every host has its line and its table row
-    assert "lab-05: unreachable: " in proc.stdout
+    assert "escalated: unreachable: " in proc.stdout
+    # each escalation fails its own host, in the recap too
+    failed = recap_failed(proc)
+    assert failed["lab-05"] == failed["lab-06"] == 1 and failed["lab-01"] == failed["lab-04"] == 0, proc.stdout
     # the Prometheus textfile: written atomically (nothing else left in its directory), one series per host
     assert [p.name for p in prom.parent.iterdir()] == ["trainer_patrol.prom"]
     text = prom.read_text()

@@ -113,3 +113,28 @@ def test_preflight_writes_history_too(tmp_path, screen):
     record = json.loads((tmp_path / "history" / "lab-02.jsonl").read_text())
     assert record["kind"] == "preflight" and record["top"] == "throttle_active" and "8x" in record["gpus"]
     assert (tmp_path / "fleet.html").read_text().count("<article") == 7
+
+
+def test_the_page_shows_the_inventorys_hosts_and_is_titled_after_the_inventory(tmp_path, screen):
+    # a tick over lab-01..lab-03, then the inventory holds lab-01 and lab-02 only (groups.all), named by its file
+    run_action(dashboard_args(tmp_path), patrol_vars(["lab-01", "lab-02", "lab-03"]))
+    variables = patrol_vars(["lab-01", "lab-02"])
+    variables.update(groups={"all": ["lab-01", "lab-02"]}, ansible_inventory_sources=[str(tmp_path / "my_fleet.yml")])
+    result = run_action(dashboard_args(tmp_path), variables)
+    assert not result.get("failed"), result
+    page = (tmp_path / "reports" / "fleet.html").read_text()
+    assert page.count("<article") == 2 and 'data-host="lab-03"' not in page and 'data-gone="lab-03"' in page
+    assert "<title>my_fleet: 2 host(s)</title>" in page and "by patrol" in page
+    assert json.loads((tmp_path / "reports" / "fleet.json").read_text())["gone"] == ["lab-03"]
+    # the fleet_name option wins
+    run_action(dashboard_args(tmp_path, fleet_name="prod 训练"), variables)
+    assert "<h1>prod 训练</h1>" in (tmp_path / "reports" / "fleet.html").read_text()
+
+
+@pytest.mark.parametrize("sources, name", [
+    (["/home/me/my_fleet.yml"], "my_fleet"), (["inventories/autodl/hosts.yml"], "autodl"),
+    (["/srv/prod.remote_gpu.yml", "other.yml"], "prod"), (["/tmp/lab/inventory.yml"], "lab"),
+    (["inventories/example/"], "example"), ([], "fleet"), (None, "fleet")])
+def test_the_fleet_is_named_after_its_first_inventory_source(sources, name):
+    assert action.fleet_name(None, sources) == name
+    assert action.fleet_name("given", sources) == "given"

@@ -220,3 +220,43 @@ def test_a_job_gone_from_the_latest_record_is_no_longer_drawn_and_old_records_st
     legacy = Page(fleet_html.render({"lab-01": records(3)}, NOW))
     assert not [a for a in legacy.all("figure") if "data-job" in a]
     assert [a["data-chart"] for a in legacy.all("svg")][0] == "items done" and "12/23 items" in legacy.text
+
+
+def test_only_the_inventorys_hosts_have_cards_and_the_others_are_listed_as_gone():
+    """The demo's lab-04, patrolled once by a 4-host fleet and then left out of a 3-host inventory, must not top the
+    3-host fleet's page (as FAIL, in the summary): it is listed under Gone, with its last verdict."""
+    fleet = {"lab-01": records(2), "lab-04": records(1, "lab-04", verdict="FAIL", top="throttle_active", msg="slow")}
+    text = fleet_html.render(fleet, NOW, title="mine", inventory={"lab-01", "lab-02"})
+    page = Page(text)
+    assert [c["data-host"] for c in page.all("article")] == ["lab-01"]
+    assert [a["data-gone"] for a in page.all("li") if "data-gone" in a] == ["lab-04"]
+    words = "".join(page.text)
+    assert "Gone" in words and "lab-04: FAIL, last checked" in words and "throttle_active" not in words
+    assert '<b>1</b><span class="verdict v-pass">PASS 1</span>' in text  # the summary counts lab-01 only
+    index = fleet_html.index(fleet, NOW, inventory={"lab-01"}, title="mine")
+    assert [h["host"] for h in index["hosts"]] == ["lab-01"] and index["gone"] == ["lab-04"] and index["title"] == "mine"
+    # without an inventory (an old caller), every host with history has its card, and nothing is gone
+    assert len(Page(fleet_html.render(fleet, NOW)).all("article")) == 2 and "Gone" not in fleet_html.render(fleet, NOW)
+
+
+def test_the_action_shows_once_even_when_the_message_ends_with_it():
+    action = "this box is unfit: stop it (power_off: power off (关机) in the console) and rent a different one"
+    message = "GPU 0 is being throttled: HW slowdown in 6 of 6 samples. This box is unfit: stop it (power_off: " \
+              "power off (关机) in the console) and rent a different one."
+    fleet = {"lab-04": records(1, "lab-04", verdict="FAIL", top="throttle_active", msg=message, action=action)}
+    words = "".join(Page(fleet_html.render(fleet, NOW)).text)
+    assert words.count("rent a different one") == 1, words
+    assert "throttle_active: GPU 0 is being throttled: HW slowdown in 6 of 6 samples." in words
+    assert "Do: this box is unfit" in words
+    assert fleet_html.without_action("disk full", "free space on the data disk") == "disk full"
+
+
+def test_title_names_the_fleet_and_the_font_stack_covers_cjk():
+    text = fleet_html.render({"lab-01": records(1)}, NOW, title="autodl-prod", source="patrol")
+    page = Page(text)
+    assert "<title>autodl-prod: 1 host(s)</title>" in text and "<h1>autodl-prod</h1>" in text
+    assert "by patrol" in "".join(page.text)
+    stack = re.search(r"body\{[^}]*font:[^;}]*", fleet_html.CSS.replace("\n", "")).group(0)
+    for family in ('"Noto Sans CJK SC"', '"Source Han Sans SC"', '"PingFang SC"', '"Microsoft YaHei"'):
+        assert family in stack, stack
+    assert stack.endswith("sans-serif")
