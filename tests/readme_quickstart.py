@@ -108,6 +108,15 @@ def inventory(text):
     raise AssertionError("the quick start has no inventory block (```yaml starting with '# <path>')")
 
 
+def ansible_cfg(text):
+    """The body of the quick start's ``ini`` block: the ``ansible.cfg`` it says to put where the commands run."""
+    lines = section(text)[1]
+    assert lines is not None, "README.md has no section %r" % TITLE
+    found = [body for language, _first, body in blocks(lines) if language == "ini"]
+    assert len(found) == 1, "the quick start has %d ```ini blocks (one ansible.cfg expected)" % len(found)
+    return "\n".join(found[0]) + "\n"
+
+
 def outputs(text):
     """[[lines]] of the quick start's output samples: the fenced blocks with no language."""
     lines = section(text)[1]

@@ -2,9 +2,10 @@
 
 The collection is built (``ansible-galaxy collection build``) and installed with ``ansible-galaxy collection install``
 into the default collections path of an empty home directory, outside the checkout: once from the tarball, once from
-the git repository (``git+file://``, the committed HEAD). There, with no ``ansible.cfg`` (``ansible --version`` says
-``config file = None``), no ``ANSIBLE_*`` variable and the README's inventory file (its group and host, connected to
-a lab box), the commands of the README's "Quick start" run exactly as written (read from README.md by
+the git repository (``git+file://``, the committed HEAD). There, with no ``ansible.cfg`` of the checkout (``ansible --version`` says
+``config file = None``), no ``ANSIBLE_*`` variable, the README's inventory file (its group and host, connected to
+a lab box) and, in the project directory, the quick start's ``ansible.cfg`` (the quiet output), the commands of the
+README's "Quick start" run exactly as written (read from README.md by
 tests/readme_quickstart.py): preflight, launch from the project directory (``launch_src=$PWD``, a small project
 there, a queue of two configs), a second experiment (``-e launch_name=exp2``, as the quick start says), patrol and
 teardown. It ends with both jobs' results verified in that directory's pulls/ and the meter stopped once. Every
@@ -158,6 +159,8 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
             renter.run(argv)
             os.makedirs(renter.cwd, exist_ok=True)
             renter.make_project(renter.cwd)
+            # the ansible.cfg the quick start says to put where the commands run (quiet output)
+            (renter.cwd / "ansible.cfg").write_text(quickstart.ansible_cfg(text), encoding="utf-8")
             continue
         if argv[0] != "ansible-playbook":
             continue  # the venv and the install: done above
@@ -188,6 +191,10 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
     assert json.loads((project / "reports" / "preflight.json").read_text())["hosts"][0]["host"] == host
     launch = runs["remote_gpu.trainer.launch"][1]
     assert "%s: started train under tmux" % host in launch.stdout, shown(launch)
+    # the quick start's ansible.cfg took effect: the collection's quiet output, no skipped task or include lines
+    for argv, proc in runs.values():
+        noise = [row for row in proc.stdout.splitlines() if row.startswith(("skipping:", "included:"))]
+        assert noise == [], "%s\n%s" % (" ".join(argv), shown(proc))
     # the code landed on the box without the renter's reports/ (preflight wrote it in the project directory)
     code = fleet.ssh("lab-01", "cd /root/autodl-tmp/code && ls train exp2").stdout.split()
     assert "train.py" in code and "configs" in code and "reports" not in code, code
