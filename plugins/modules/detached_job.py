@@ -195,7 +195,7 @@ import subprocess
 import sys
 import time
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import LogSafeModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, job_layout, procfs
@@ -212,7 +212,7 @@ def io_error(exc, what):
 
 
 def build_module():
-    return AnsibleModule(
+    return LogSafeModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
             command=dict(type="raw"),

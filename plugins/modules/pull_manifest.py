@@ -202,7 +202,7 @@ import hashlib
 import os
 import stat
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import LogSafeModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, launch_results
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind, open_regular
@@ -371,7 +371,7 @@ def run_jobs(module, result):
 
 
 def build_module():
-    module = AnsibleModule(
+    module = LogSafeModule(
         argument_spec=dict(
             root=dict(type="path"),
             roster=dict(type="list", elements="str"),
