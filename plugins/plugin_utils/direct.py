@@ -200,8 +200,8 @@ class DirectAction(NormalAction):
             return self.through_ansiballz(tmp, task_vars, "preparing its direct run failed (%s: %s)"
                                           % (type(exc).__name__, exc))
         result = ActionBase.run(self, tmp, task_vars)
-        display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text),
-                                                                     self._used_interpreter.lstrip("#!")),
+        interpreter = self._used_interpreter.lstrip("#!")
+        display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text), interpreter),
                     host=self._play_context.remote_addr)
         # an unreachable host or a timeout is the task's, as for any module run
         response = self._low_level_execute_command(command, sudoable=True, in_data=text.encode("utf-8"))

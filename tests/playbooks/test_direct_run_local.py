@@ -164,7 +164,7 @@ SABOTAGE = {
 
 @pytest.mark.parametrize("case", sorted(SABOTAGE))
 def test_a_broken_private_api_step_falls_back_to_ansiballz_without_a_failed_task(case, tmp_path, local_inventory,
-                                                                                  finished_job):
+                                                                                 finished_job):
     code, why = SABOTAGE[case]
     (tmp_path / "action").mkdir()
     (tmp_path / "library").mkdir()
