@@ -303,7 +303,8 @@ def launch(module, paths, wrapper, detach):
         argv = [module.get_bin_path("setsid", required=True), "-f", module.get_bin_path("nohup", required=True),
                 bash, wrapper]
         try:
-            proc = subprocess.run(argv, cwd=paths["job_dir"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            # not run_command: it has no timeout, and setsid -f must hand the job off within 30 s
+            proc = subprocess.run(argv, cwd=paths["job_dir"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function
                                   stderr=subprocess.PIPE, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise JobError("setsid -f nohup failed: %s" % exc)
