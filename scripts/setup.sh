@@ -62,8 +62,8 @@ for lane in "${CORE_LANES[@]}"; do
   [[ -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && continue
   interp=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$pyver".*/bin/python"$pyver" 2>/dev/null | sort -V | tail -1 || true)
   if [[ -z $interp ]]; then
-    echo "setup: ansible-core $core's lane needs Python $pyver, which pyenv does not have" \
-      "(${PYENV_ROOT:-$HOME/.pyenv}/versions/$pyver.*): run 'pyenv install $pyver'" >&2
+    echo "setup: make test's ansible-core $core lane needs Python $pyver, which pyenv does not have" \
+      "(${PYENV_ROOT:-$HOME/.pyenv}/versions/$pyver.*): run 'pyenv install $pyver' (make demo does not need it)" >&2
     if [[ -n ${CI:-} ]]; then exit 1; fi
     continue
   fi
