@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
 # Stages: lint, sanity, changelog, pytest (every pytest test), unit, units, lab, lab2, timer, molecule (every scenario),
-# molecule_lane, molecule_checks. Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
-# Without arguments, four lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
+# molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV picks the core, see below).
+# Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
+# Without arguments, six lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
 # and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; four lanes keep both cores
-# of a 2-core machine busy through those waits. Each lane that starts lab fleets has a lab network of its own:
+# of a 2-core machine busy through those waits, and two more run the newer ansible-cores. Each lane that starts
+# lab fleets has a lab network of its own:
 #   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule_checks
 #             (the scenarios in CHECKS_SCENARIOS; LAB_NET_CHECKS2, default 127.0.90)
 #   molecule: timer (TIMER_TESTS), then molecule_lane, the other scenarios (LAB_NET_CHECKS, default 127.0.70)
 #   lab:      the playbook and lab tests that no other lane runs (LAB_NET as set, default 127.0.0)
 #   lab2:     the playbook and lab tests in LAB2_TESTS (LAB_NET_LAB2, default 127.0.80)
+#   core-2.20, core-2.21: the newer ansible-core lanes, `nox -t <core>` (noxfile.py: units, sanity, lab smoke with
+#             that core's venv; LAB_NET_CORE220 and LAB_NET_CORE221, default 127.0.100 and 127.0.110)
 # The lists balance the lanes; a new test file runs in the lab lane unless a list names it.
 # Every lane runs to the end; the run fails if any failed. The other lanes' output is printed after the lab's.
 # LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH="$PWD/.venv/bin:$PATH"
+# TRAINER_VENV (default .venv, ansible-core 2.19) picks the core of a newer-core lane: .venv-2.20, .venv-2.21
+export TRAINER_VENV=${TRAINER_VENV:-.venv}
+export PATH="$PWD/$TRAINER_VENV/bin:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 export ANSIBLE_NOCOLOR=1
 
@@ -87,6 +93,28 @@ run_units() {
   pytest_stage tests/unit tests/hostile "${CHECKS_PLAYBOOK_TESTS[@]}"
 }
 
+# The stages of a newer-core lane (noxfile.py runs them with that core's venv as TRAINER_VENV): the unit and
+# hostile-input tests with the probes' direct run on localhost, and the lab smoke test (CORE_SMOKE_TESTS, which the
+# lab lane leaves to these lanes).
+CORE_UNIT_TESTS=(tests/unit tests/hostile tests/playbooks/test_direct_run_local.py)
+CORE_SMOKE_TESTS=(tests/lab/tests/test_cores_smoke_lab.py)
+
+run_core_units() {
+  stage "pytest on $(ansible --version | head -1) (${CORE_UNIT_TESTS[*]})"
+  pytest_stage "${CORE_UNIT_TESTS[@]}"
+}
+
+run_core_smoke() {
+  stage "pytest on $(ansible --version | head -1) (${CORE_SMOKE_TESTS[*]})"
+  pytest_stage "${CORE_SMOKE_TESTS[@]}"
+}
+
+# nox:CORE, the sessions of that ansible-core's lane (noxfile.py): units, sanity and, for a newer core, smoke
+run_nox() {
+  stage "nox -t $1"
+  nox --no-color --tags "$1"
+}
+
 run_timer() {
   stage "pytest (${TIMER_TESTS[*]})"
   pytest_stage "${TIMER_TESTS[@]}"
@@ -94,7 +122,8 @@ run_timer() {
 
 run_lab() {
   stage "pytest (the playbook and lab tests of the lab lane)"
-  pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}" "${LAB2_TESTS[@]}") \
+  pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}" "${LAB2_TESTS[@]}" \
+    "${CORE_SMOKE_TESTS[@]}") \
     tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
 }
 
@@ -135,7 +164,12 @@ molecule_scenarios() {
 }
 
 if [[ $# -gt 0 ]]; then
-  for s in "$@"; do "run_$s"; done
+  for s in "$@"; do
+    case $s in
+      nox:*) run_nox "${s#nox:}" ;;
+      *) "run_$s" ;;
+    esac
+  done
   exit 0
 fi
 
@@ -170,6 +204,9 @@ background_lane() {
 background_lane "${LAB_NET_CHECKS:-127.0.70}" 18870 molecule timer molecule_lane
 background_lane "${LAB_NET_LAB2:-127.0.80}" 18880 lab2 lab2
 background_lane "${LAB_NET_CHECKS2:-127.0.90}" 18890 checks lint sanity changelog units molecule_checks
+# the newer ansible-core lanes (noxfile.py; the lanes above run 2.19): unit tests, sanity and a lab smoke test each
+background_lane "${LAB_NET_CORE220:-127.0.100}" 18900 core-2.20 nox:2.20
+background_lane "${LAB_NET_CORE221:-127.0.110}" 18910 core-2.21 nox:2.21
 lane lab lab || true
 for pid in "${pids[@]}"; do wait "$pid" || true; done
 for name in "${names[@]}"; do

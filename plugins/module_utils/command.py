@@ -27,7 +27,8 @@ def run_with_timeout(argv, timeout, grace=2):
 
     def target():
         try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # not run_command: this call must be abandonable in its thread, with a timeout (see above)
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=ansible-bad-function
                                   env=env, timeout=timeout, check=False)
             box["result"] = (proc.returncode, proc.stdout.decode("utf-8", "replace"),
                              proc.stderr.decode("utf-8", "replace"))

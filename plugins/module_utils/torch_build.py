@@ -147,7 +147,8 @@ def probe(python, cwd=None, timeout=PROBE_TIMEOUT):
     env = dict(os.environ, LC_ALL="C", LANG="C")
     env.pop("PYTHONPATH", None)
     try:
-        proc = subprocess.run([python, "-c", PROBE_SCRIPT], cwd=cwd if cwd and os.path.isdir(cwd) else None,
+        # not run_command: it has no timeout, and this asks an interpreter that may hang
+        proc = subprocess.run([python, "-c", PROBE_SCRIPT], cwd=cwd if cwd and os.path.isdir(cwd) else None,  # pylint: disable=ansible-bad-function
                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

@@ -200,7 +200,7 @@ msg:
   sample: copied and verified 1 file(s) (1 048 576 bytes) into /root/autodl-fs/runs/exp42, 1 unchanged
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import LogSafeModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 
@@ -209,7 +209,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import 
 
 
 def build_module():
-    module = AnsibleModule(
+    module = LogSafeModule(
         argument_spec=dict(
             src=dict(type="path", required=True),
             dest=dict(type="path", required=True),

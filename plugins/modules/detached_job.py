@@ -195,7 +195,7 @@ import subprocess
 import sys
 import time
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import LogSafeModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, job_layout, procfs
@@ -212,7 +212,7 @@ def io_error(exc, what):
 
 
 def build_module():
-    return AnsibleModule(
+    return LogSafeModule(
         argument_spec=dict(
             name=dict(type="str", required=True),
             command=dict(type="raw"),
@@ -303,7 +303,8 @@ def launch(module, paths, wrapper, detach):
         argv = [module.get_bin_path("setsid", required=True), "-f", module.get_bin_path("nohup", required=True),
                 bash, wrapper]
         try:
-            proc = subprocess.run(argv, cwd=paths["job_dir"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            # not run_command: it has no timeout, and setsid -f must hand the job off within 30 s
+            proc = subprocess.run(argv, cwd=paths["job_dir"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # pylint: disable=ansible-bad-function
                                   stderr=subprocess.PIPE, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise JobError("setsid -f nohup failed: %s" % exc)

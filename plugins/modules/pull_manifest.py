@@ -165,7 +165,7 @@ run_id:
   type: str
   returned: always
   sample: exp42
-items:
+item_states:
   description:
     - With O(job), each item of this host's share with its state (C(done), C(sync_failed), C(failed) or
       C(not_finished)) and how many of its files come from the durable tier and from the data disk (C(unsynced)). Empty
@@ -178,8 +178,8 @@ runs:
   description:
     - Every run the manifests describe, one per job with O(jobs) (in the order given), else the one run. Each has
       C(job) (null with a roster), C(run_id) (null when it could not be read), C(manifest_path), C(sha256) of the
-      manifest (empty when it could not be written), C(file_count), C(total_bytes), C(items) (as RV(items)),
-      C(changed) and C(msg) (a summary, or what is wrong and what to do).
+      manifest (empty when it could not be written), C(file_count), C(total_bytes), C(item_states) (as
+      RV(item_states)), C(changed) and C(msg) (a summary, or what is wrong and what to do).
     - M(remote_gpu.trainer.pull_verify) pulls each run with a C(sha256), and M(remote_gpu.trainer.teardown_gate)
       takes the list as it is.
   type: list
@@ -187,9 +187,9 @@ runs:
   returned: always
   sample:
     - {job: train, run_id: train, manifest_path: /root/.trainer/jobs/train/PULL_MANIFEST.json, sha256: 5e88...,
-       file_count: 4, total_bytes: 1048576, items: [{item: "000", state: done, durable: 2, unsynced: 0}],
+       file_count: 4, total_bytes: 1048576, item_states: [{item: "000", state: done, durable: 2, unsynced: 0}],
        changed: true, msg: "manifest of 4 file(s), 1048576 bytes"}
-    - {job: exp2, run_id: exp2, manifest_path: "", sha256: "", file_count: 0, total_bytes: 0, items: [],
+    - {job: exp2, run_id: exp2, manifest_path: "", sha256: "", file_count: 0, total_bytes: 0, item_states: [],
        changed: false, msg: "job exp2 is still running on this host: its results are not final. ..."}
 msg:
   description: A summary; on failure, what is wrong and what to do.
@@ -202,7 +202,7 @@ import hashlib
 import os
 import stat
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import LogSafeModule
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, launch_results
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import file_kind, open_regular
@@ -299,7 +299,7 @@ def run(module, result):
 
 def write(module, manifest, path, roots, items, result):
     """Write ``manifest`` at ``path`` (outside every root) unless it is unchanged; fills ``result``."""
-    result.update(manifest_path=path, items=items, run_id=manifest.get("run_id"))
+    result.update(manifest_path=path, item_states=items, run_id=manifest.get("run_id"))
     for root in roots:
         if inside(path, root):
             raise ManifestError("manifest_path %s lies inside root %s; write it outside the root so that it is not "
@@ -327,13 +327,13 @@ def write(module, manifest, path, roots, items, result):
 
 def summary(result):
     msg = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
-    if result["items"]:
+    if result["item_states"]:
         msg += " from launch's record of items %s" % ", ".join(
-            "%s (%s)" % (item["item"], item["state"]) for item in result["items"])
+            "%s (%s)" % (item["item"], item["state"]) for item in result["item_states"])
     return msg
 
 
-RUN_KEYS = ("run_id", "manifest_path", "sha256", "file_count", "total_bytes", "items", "changed")
+RUN_KEYS = ("run_id", "manifest_path", "sha256", "file_count", "total_bytes", "item_states", "changed")
 
 
 def run_entry(job, result):
@@ -342,7 +342,7 @@ def run_entry(job, result):
 
 
 def empty_run(job=None, run_id=None):
-    return dict(job=job, run_id=run_id, manifest_path="", sha256="", file_count=0, total_bytes=0, items=[],
+    return dict(job=job, run_id=run_id, manifest_path="", sha256="", file_count=0, total_bytes=0, item_states=[],
                 changed=False, msg="")
 
 
@@ -371,7 +371,7 @@ def run_jobs(module, result):
 
 
 def build_module():
-    module = AnsibleModule(
+    module = LogSafeModule(
         argument_spec=dict(
             root=dict(type="path"),
             roster=dict(type="list", elements="str"),
@@ -393,7 +393,7 @@ def build_module():
 def main():
     module = build_module()
     result = dict(changed=False, manifest_path="", manifest={}, sha256="", total_bytes=0, file_count=0, run_id=None,
-                  items=[], runs=[], msg="")
+                  item_states=[], runs=[], msg="")
     if module.params["jobs"] is not None:
         try:
             failed = run_jobs(module, result)

@@ -17,7 +17,10 @@ probe's action (a ``DirectAction``) sends only what the probe needs when it can:
 The same module code runs on the host either way. It runs the usual way, AnsiballZ through ansible.builtin.normal,
 whenever Ansible would not pipeline it (pipelining off, async, a non-sh shell), when the task is delegated, when
 the host's Python is not known without discovery (no ansible_python_interpreter and no discovered one yet: every
-profile sets it), and when the arguments do not validate, so that the module reports them in its own words.
+profile sets it), and when the arguments do not validate, so that the module reports them in its own words. It also
+runs through AnsiballZ when a step of the direct run that leans on ansible-core's private API fails, at preparation
+(the shebang, the module command) or at parsing (``_parse_returned_data``, which gives a dict up to 2.20 and a
+UnifiedTaskResult from 2.21), or when the host printed no module result at all: never a failed task of its own.
 ``-vvv`` says which way each host ran, and why.
 """
 
@@ -186,24 +189,68 @@ class DirectAction(NormalAction):
 
     def _run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
+        # Each step below that leans on ansible-core's private API (the shebang, the module command, the result
+        # parser) can change in any release. A failure of one, at preparation or at parsing, is no failure of the
+        # task: AnsiballZ runs the module the usual way (the probes only read, so a second run is harmless).
         try:
-            shebang = self.shebang(task_vars)
-            shared = prepared(self.MODULE)
-            params, spec = self.validated_params(shared["options"], shared["subspecs"])
-            request = json.dumps({"module": COLLECTION + ".plugins.modules." + self.MODULE, "params": params,
-                                  "spec": spec, "checked": [canonical(sub) for sub in shared["subspecs"].values()],
-                                  "check_mode": bool(self._task.check_mode)})
-            text = program(shared, request)
-        except (Unsupported, ImportError, AttributeError, TypeError, ValueError) as exc:
-            display.vvv("%s runs through AnsiballZ: %s" % (self.MODULE, exc), host=self._play_context.remote_addr)
-            return super().run(tmp, task_vars)
+            command, text = self.direct_command(task_vars)
+        except Unsupported as exc:
+            return self.through_ansiballz(tmp, task_vars, exc)
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            return self.through_ansiballz(tmp, task_vars, "preparing its direct run failed (%s: %s)"
+                                          % (type(exc).__name__, exc))
         result = ActionBase.run(self, tmp, task_vars)
-        display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text), shebang.lstrip("#!")),
+        interpreter = self._used_interpreter.lstrip("#!")
+        display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text), interpreter),
                     host=self._play_context.remote_addr)
+        # an unreachable host or a timeout is the task's, as for any module run
+        response = self._low_level_execute_command(command, sudoable=True, in_data=text.encode("utf-8"))
+        try:
+            parsed = self.direct_result(response)
+        except Unsupported as exc:
+            return self.through_ansiballz(tmp, task_vars, exc)
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            return self.through_ansiballz(tmp, task_vars, "parsing its direct run's result failed (%s: %s)"
+                                          % (type(exc).__name__, exc))
+        return merge_hash(result, parsed)
+
+    def through_ansiballz(self, tmp, task_vars, why):
+        """The module run the usual way, through AnsiballZ (ansible.builtin.normal); ``-vvv`` says ``why``."""
+        display.vvv("%s runs through AnsiballZ: %s" % (self.MODULE, why), host=self._play_context.remote_addr)
+        return super().run(tmp, task_vars)
+
+    def direct_command(self, task_vars):
+        """(the command that runs the host's Python on stdin, the program it reads there); Unsupported where the
+        module runs through AnsiballZ."""
+        shebang = self.shebang(task_vars)
+        shared = prepared(self.MODULE)
+        params, spec = self.validated_params(shared["options"], shared["subspecs"])
+        request = json.dumps({"module": COLLECTION + ".plugins.modules." + self.MODULE, "params": params,
+                              "spec": spec, "checked": [canonical(sub) for sub in shared["subspecs"].values()],
+                              "check_mode": bool(self._task.check_mode)})
+        text = program(shared, request)
         command = self._connection._shell.build_module_command(self._compute_environment_string(), shebang, "")
-        self._used_interpreter = shebang
-        response = self._low_level_execute_command(command.strip(), sudoable=True, in_data=text.encode("utf-8"))
-        return merge_hash(result, self._parse_returned_data(response, "legacy"))
+        if not isinstance(command, str) or not command.strip():
+            raise Unsupported("the shell built no module command")
+        self._used_interpreter = shebang  # what the parser names when the host has no such Python
+        return command.strip(), text
+
+    def direct_result(self, response):
+        """The module's result from the host's ``response``, as Ansible parses a module's: a dict up to
+        ansible-core 2.20, a UnifiedTaskResult from 2.21. Unsupported when the output is no module result at all
+        (the runner itself failed): AnsiballZ then runs the module, and reports whatever stops it."""
+        parsed = self._parse_returned_data(response, "legacy")
+        if isinstance(parsed, dict):
+            data, module_result = parsed, parsed.get("_ansible_parsed")
+        else:
+            module_result = parsed.ansible_parsed
+            parsed.remove_internal_keys()
+            data = parsed.as_result_dict(for_round_trip=True)
+        if not isinstance(data, dict):
+            raise Unsupported("the parsed result is a %s, not a dict" % type(data).__name__)
+        if not module_result:
+            raise Unsupported("its output is not a module result (%s)" % data.get("msg"))
+        return data
 
     def shebang(self, task_vars):
         """``#!`` and the host's Python, as Ansible would run the module with; Unsupported where Ansible would not

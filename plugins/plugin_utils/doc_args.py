@@ -85,7 +85,7 @@ class DocumentedAction(ActionBase):
             return redact_data(self.act(result, args, task_vars or {}), secrets)
         except AnsibleActionFail as exc:
             raise AnsibleActionFail(redact(exc.message, secrets),
-                                    result=redact_data(dict(exc.result_contribution), secrets)) from None
+                                    result=redact_data(exc.result, secrets)) from None  # every core has .result
 
     def act(self, result, args, task_vars):
         """The action itself: ``result`` from ActionBase.run, ``args`` validated against ``SPEC``."""

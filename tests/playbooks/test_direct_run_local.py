@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pbhelpers import LOCAL_INVENTORY, VENV_BIN, ansible_env
+from pbhelpers import LOCAL_INVENTORY, REPO, VENV_BIN, ansible_env
 
 DIRECT = "job_status runs without AnsiballZ"
 ANSIBALLZ = "job_status runs through AnsiballZ: "
@@ -127,3 +127,54 @@ def test_preflight_probe_arguments_that_do_not_validate_are_reported_by_the_modu
     rc, direct, out = adhoc(local_inventory, "remote_gpu.trainer.preflight_probe", args)
     assert rc != 0 and "preflight_probe runs through AnsiballZ: the arguments do not validate" in out, out
     assert direct["msg"].startswith("storage: ")
+
+
+# A probe's action with one step of its direct run broken as a change of ansible-core's private API would break it:
+# run as the legacy action of a legacy module job_status (the collection's own module, linked), so that the
+# collection's action stays as it is.
+SABOTAGE = {
+    "preparation": ("    def shebang(self, task_vars):\n"
+                    "        raise KeyError('_get_shebang is gone')\n",
+                    "preparing its direct run failed (KeyError: '_get_shebang is gone')"),
+    "the command": ("    def _compute_environment_string(self, *args, **kwargs):\n"
+                    "        if not self.broken:\n"
+                    "            self.broken = True\n"
+                    "            raise TypeError('a new signature')\n"
+                    "        return super()._compute_environment_string(*args, **kwargs)\n",
+                    "preparing its direct run failed (TypeError: a new signature)"),
+    "the parser raises": ("    def _parse_returned_data(self, *args, **kwargs):\n"
+                          "        if not self.broken:\n"
+                          "            self.broken = True\n"
+                          "            raise RuntimeError('a new parser')\n"
+                          "        return super()._parse_returned_data(*args, **kwargs)\n",
+                          "parsing its direct run's result failed (RuntimeError: a new parser)"),
+    "the parser gives something unknown": ("    def _parse_returned_data(self, *args, **kwargs):\n"
+                                           "        if not self.broken:\n"
+                                           "            self.broken = True\n"
+                                           "            return object()\n"
+                                           "        return super()._parse_returned_data(*args, **kwargs)\n",
+                                           "parsing its direct run's result failed (AttributeError: "),
+    "the host prints no module result": ("    def direct_command(self, task_vars):\n"
+                                         "        command, _text = super().direct_command(task_vars)\n"
+                                         "        return command, 'print(\"Traceback: a runner that broke\")'\n",
+                                         "its output is not a module result (Module result deserialization "
+                                         "failed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SABOTAGE))
+def test_a_broken_private_api_step_falls_back_to_ansiballz_without_a_failed_task(case, tmp_path, local_inventory,
+                                                                                 finished_job):
+    code, why = SABOTAGE[case]
+    (tmp_path / "action").mkdir()
+    (tmp_path / "library").mkdir()
+    (tmp_path / "action" / "job_status.py").write_text(
+        "from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.direct import DirectAction\n\n\n"
+        "class ActionModule(DirectAction):\n    MODULE = 'job_status'\n    broken = False\n\n" + code)
+    (tmp_path / "library" / "job_status.py").symlink_to(REPO / "plugins" / "modules" / "job_status.py")
+    rc, result, out = adhoc(local_inventory, "job_status", probe_args(finished_job),
+                            ANSIBLE_ACTION_PLUGINS=str(tmp_path / "action"), ANSIBLE_LIBRARY=str(tmp_path / "library"))
+    assert rc == 0 and ANSIBALLZ + why in out, out
+    assert out.count("job_status runs through AnsiballZ") == 1, out
+    assert not result.get("failed") and result["jobs"][0]["items_done"] == 1, result
+    assert result["jobs"][0]["final_status"] is not None

@@ -180,7 +180,7 @@ def test_jobs_writes_each_jobs_manifest_in_its_own_directory(module_runner, tmp_
         raw = (job / "PULL_MANIFEST.json").read_bytes()
         assert run["sha256"] == sha(raw) and run["file_count"] == 2 and run["changed"] is True
         assert json.loads(raw)["run_id"] == run["run_id"]
-        assert [item["item"] for item in run["items"]] == ["000", "002"]
+        assert [item["item"] for item in run["item_states"]] == ["000", "002"]
     assert result["changed"] is True
     failed, again = module_runner(pull_manifest, {"jobs": ["train", "exp2"], "run_dir": str(tmp_path / "jobs")})
     assert not failed and again["changed"] is False
@@ -235,7 +235,7 @@ def test_one_job_or_a_roster_also_returns_its_run(module_runner, tmp_path, box):
     assert not failed
     assert result["runs"] == [{"job": "train", "run_id": "exp", "manifest_path": result["manifest_path"],
                                "sha256": result["sha256"], "file_count": 2, "total_bytes": result["total_bytes"],
-                               "items": result["items"], "changed": True, "msg": result["msg"]}]
+                               "item_states": result["item_states"], "changed": True, "msg": result["msg"]}]
     failed, result = module_runner(pull_manifest, {"job": "nope", "run_dir": str(tmp_path / "jobs")})
     assert failed and [(run["job"], run["sha256"]) for run in result["runs"]] == [("nope", "")]
     assert result["runs"][0]["msg"] == result["msg"]
