@@ -99,15 +99,22 @@ def test_graph_with_every_state_puts_each_odd_one_in_its_state_group_never_in_ru
     assert "@unhealthy:" in drawn and "@preempted:" in drawn and "@unreachable_direct:" in drawn
 
 
-def test_instance_stopped_on_a_frozen_vast_instance_returns_at_once_with_a_clear_message(fake_apis):
-    fake = fake_apis("vastai", KEY, [fake_api.odd("vastai", "frozen", 1, "198.51.100.1", 40001)])
+def stop_vast_instance(fake, instance_id):
+    """``ansible localhost -m remote_gpu.trainer.instance`` with state=stopped and a 600 s timeout on a vast.ai
+    instance of the fake; it must answer within a minute (a state that does not change by itself is never waited on)."""
     began = time.monotonic()
     proc = subprocess.run([str(VENV_BIN / "ansible"), "localhost", "-m", "remote_gpu.trainer.instance", "-a",
-                           json.dumps({"provider": "vastai", "id": "9000001", "state": "stopped",
+                           json.dumps({"provider": "vastai", "id": instance_id, "state": "stopped",
                                        "api_url": fake.url, "timeout": 600}), "-o"],
                           capture_output=True, text=True, cwd=REPO, env=ansible_env(VAST_API_KEY=KEY), timeout=300,
                           check=False)
     assert time.monotonic() - began < 60
+    return proc
+
+
+def test_instance_stopped_on_a_frozen_vast_instance_returns_at_once_with_a_clear_message(fake_apis):
+    fake = fake_apis("vastai", KEY, [fake_api.odd("vastai", "frozen", 1, "198.51.100.1", 40001)])
+    proc = stop_vast_instance(fake, "9000001")
     assert proc.returncode == 0 and "CHANGED" in proc.stdout, proc.stdout + proc.stderr
     assert "frozen" in proc.stdout and "GPU still bills" in proc.stdout and '"current": "stopped"' in proc.stdout
     assert fake.find("9000001")["actual_status"] == "stopped"
@@ -115,13 +122,7 @@ def test_instance_stopped_on_a_frozen_vast_instance_returns_at_once_with_a_clear
 
 def test_instance_on_an_unknown_vast_host_fails_at_once_and_calls_nothing(fake_apis):
     fake = fake_apis("vastai", KEY, [fake_api.odd("vastai", "unknown", 1, "198.51.100.1", 40001)])
-    began = time.monotonic()
-    proc = subprocess.run([str(VENV_BIN / "ansible"), "localhost", "-m", "remote_gpu.trainer.instance", "-a",
-                           json.dumps({"provider": "vastai", "id": "9000001", "state": "stopped",
-                                       "api_url": fake.url, "timeout": 600}), "-o"],
-                          capture_output=True, text=True, cwd=REPO, env=ansible_env(VAST_API_KEY=KEY), timeout=300,
-                          check=False)
-    assert time.monotonic() - began < 60
+    proc = stop_vast_instance(fake, "9000001")
     assert proc.returncode != 0 and "instance_unhealthy" in proc.stdout, proc.stdout + proc.stderr
     assert "no recent heartbeat" in proc.stdout and "does not change by itself" in proc.stdout
     assert [r["method"] for r in fake.api_requests()] == ["GET"]
