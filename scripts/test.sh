@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, changelog, pytest (every pytest test), unit, units, lab, lab2, timer, molecule (every scenario),
+# Stages: lint, sanity, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, timer, molecule (every scenario),
 # molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV picks the core, see below).
 # Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
-# Without arguments, six lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
-# and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; four lanes keep both cores
+# Without arguments, seven lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
+# and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; five lanes keep both cores
 # of a 2-core machine busy through those waits, and two more run the newer ansible-cores. Each lane that starts
 # lab fleets has a lab network of its own:
 #   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule_checks
@@ -12,6 +12,7 @@
 #   molecule: timer (TIMER_TESTS), then molecule_lane, the other scenarios (LAB_NET_CHECKS, default 127.0.70)
 #   lab:      the playbook and lab tests that no other lane runs (LAB_NET as set, default 127.0.0)
 #   lab2:     the playbook and lab tests in LAB2_TESTS (LAB_NET_LAB2, default 127.0.80)
+#   lab3:     the lab tests in LAB3_TESTS (LAB_NET_LAB3, default 127.0.120)
 #   core-2.20, core-2.21: the newer ansible-core lanes, `nox -t <core>` (noxfile.py: units, sanity, lab smoke with
 #             that core's venv; LAB_NET_CORE220 and LAB_NET_CORE221, default 127.0.100 and 127.0.110)
 # The lists balance the lanes; a new test file runs in the lab lane unless a list names it.
@@ -76,6 +77,10 @@ LAB2_TESTS=(tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_noti
   tests/lab/tests/test_sync_failed_lab.py tests/lab/tests/test_preflight_lab.py tests/lab/tests/test_patrol_lab.py
   tests/lab/tests/test_provider_inventory_lab.py tests/lab/tests/test_power_lab.py tests/lab/tests/test_sync_lab.py
   tests/lab/tests/test_fleet_lifecycle.py)
+# The third lab lane: the autopilot's lab tests and the ones that run the README's commands end to end.
+LAB3_TESTS=(tests/lab/tests/test_autopilot_lab.py tests/lab/tests/test_autopilot_preempted_lab.py
+  tests/lab/tests/test_installed_collection_lab.py tests/lab/tests/test_secret_canary_lab.py
+  tests/lab/tests/test_ansible_runner_lab.py tests/lab/tests/test_demo_lab.py)
 
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
@@ -123,13 +128,18 @@ run_timer() {
 run_lab() {
   stage "pytest (the playbook and lab tests of the lab lane)"
   pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}" "${LAB2_TESTS[@]}" \
-    "${CORE_SMOKE_TESTS[@]}") \
+    "${LAB3_TESTS[@]}" "${CORE_SMOKE_TESTS[@]}") \
     tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
 }
 
 run_lab2() {
   stage "pytest (${LAB2_TESTS[*]})"
   pytest_stage "${LAB2_TESTS[@]}"
+}
+
+run_lab3() {
+  stage "pytest (${LAB3_TESTS[*]})"
+  pytest_stage "${LAB3_TESTS[@]}"
 }
 
 # Molecule scenarios of the checks lane; the molecule lane runs the others.
@@ -203,6 +213,7 @@ background_lane() {
 }
 background_lane "${LAB_NET_CHECKS:-127.0.70}" 18870 molecule timer molecule_lane
 background_lane "${LAB_NET_LAB2:-127.0.80}" 18880 lab2 lab2
+background_lane "${LAB_NET_LAB3:-127.0.120}" 18920 lab3 lab3
 background_lane "${LAB_NET_CHECKS2:-127.0.90}" 18890 checks lint sanity changelog units molecule_checks
 # the newer ansible-core lanes (noxfile.py; the lanes above run 2.19): unit tests, sanity and a lab smoke test each
 background_lane "${LAB_NET_CORE220:-127.0.100}" 18900 core-2.20 nox:2.20
