@@ -213,7 +213,13 @@ def test_gpu_app_registration_and_device_holders(fleet):
     assert host_pid != pid
     with open(f"/proc/{host_pid}/status") as fh:
         assert [line.split()[-1] for line in fh if line.startswith("NSpid:")] == [str(pid)]
-    held = {os.readlink(f"/proc/{host_pid}/fd/{fd}") for fd in os.listdir(f"/proc/{host_pid}/fd")}
+    # the backgrounded shell opens the device right after it starts: on a loaded machine that can be after `echo $!`
+    deadline = time.monotonic() + 30
+    while True:
+        held = {os.readlink(f"/proc/{host_pid}/fd/{fd}") for fd in os.listdir(f"/proc/{host_pid}/fd")}
+        if "/dev/nvidia0" in held or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert "/dev/nvidia0" in held
     with open(os.path.join(fleet.hosts["lab-01"]["lab_gpu_runtime"], "apps")) as fh:
         assert reg in fh.read()
