@@ -13,16 +13,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from labhelpers import LAB, REPO, needs_root, started_fleet
 from test_launch_lab import TRAIN_SH, runs, wait_finished
 from test_launch_lab import launch as launch_yml
+# hook is a fixture: pytest finds it by name in this module
+from test_autopilot_lab import hook, wait_for  # noqa: F401  pylint: disable=unused-import
 
 sys.path.insert(0, os.path.join(LAB, "providers"))
-from webhook_receiver import WebhookReceiver  # noqa: E402  pylint: disable=wrong-import-position
 import fake_api  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = needs_root
@@ -37,13 +37,6 @@ def fleet(lab_free, tmp_path_factory):
     with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "2", "--platform", "lab-01=vastai",
                        "--platform", "lab-02=lambda") as lab:
         yield lab
-
-
-@pytest.fixture
-def hook():
-    receiver = WebhookReceiver().start()
-    yield receiver
-    receiver.stop()
 
 
 def plugin_inventory(fleet, where, provider, fake):
@@ -75,15 +68,6 @@ def tick(config, cwd, hook, *args):
 def sent(hook):
     return [(event["host"], event["kind"]) for message in hook.messages("/hook")
             for event in (message["body"] or {}).get("events") or []]
-
-
-def wait_for(predicate, timeout=90, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError("timed out waiting for %s" % what)
 
 
 def test_an_outbid_vast_bid_instance_is_one_preempted_event_then_healed_when_it_is_back(fleet, tmp_path, hook):
