@@ -120,7 +120,9 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     for item, host in expected.items():
         assert re.search(r"^\s*%s\s+%s\s+%s\s*$" % (item, host, re.escape(QUEUE[int(item)])), table, re.M), table
     for host in HOSTS:
-        assert wait_finished(fleet, host, "train")["exit_code"] == (1 if host == "lab-01" else 0)
+        assert wait_finished(fleet, host, "train")["exit_code"] == (1 if host == "lab-01" else 0), fleet.ssh(
+            host, "tail -40 ~/.trainer/jobs/train/job.log; cat ~/.trainer/jobs/train/items/*/status.json",
+            check=False).stdout
 
     commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()
