@@ -23,8 +23,9 @@ A host's decision: ``{state, action, wanted, reason, item, job, jobs, heal_jobs,
 Rules (issues 11 and 28): a job gone (not alive, not starting) with an incomplete queue is healed by name from its
 first unfinished item, at most ``max_restarts`` times per item and run; a live job is never started again. An item
 that crashed twice with the same crash marker (its exit code and its first crash marker) escalates and is never
-restarted. A failed sync is retried alone. An item that exited 0 too fast (``too_fast``: launch_min_seconds) is
-not done: its job escalates, nothing is restarted or parked.
+restarted. A failed sync is retried alone. A live job that is hung (``job_hung``: its log, its checkpoints and its
+GPU idle for ``patrol_hung_minutes``) escalates; it is never stopped or restarted. An item that exited 0 too fast
+(``too_fast``: launch_min_seconds) is not done: its job escalates, nothing is restarted or parked.
 
 A host is parked only when NO job on it is alive or starting, every job's queue is complete, every item's files
 are verified durable (item status: ``done`` with a ``sync_dest``, at least one verified copy, nothing unsynced),
@@ -475,6 +476,15 @@ def judge_job(job, result, settings, history):
     if job.get("alive"):
         fails = [f for f in result.get("findings") or [] if isinstance(f, dict) and f.get("level") == "FAIL"
                  and f.get("job") in (None, name)]
+        hung = [f for f in fails if f.get("code") == "job_hung"]
+        if hung:
+            # alive, but its log, checkpoints and GPU are all idle: a person decides (a live job is never
+            # stopped or restarted by the autopilot)
+            item = job.get("current_item")
+            return _decision("escalated:%s" % (item or "hung"), "escalate", "job %s is hung (job_hung): %s; not "
+                             "stopped or restarted by the autopilot: look at it, then stop it and restart it from its "
+                             "last checkpoint" % (name, " ".join(str(hung[0].get("message") or "").split())[:300]),
+                             item)
         if fails:
             return _decision("fail:%s" % fails[0].get("code"), "none", "job %s running, but %s: %s" % (
                 name, fails[0].get("code"), " ".join(str(fails[0].get("message") or "").split())[:300]))

@@ -244,3 +244,49 @@ def limits(root=ROOT, proc=PROC, malformed=None):
         if quota and period:
             info["cpu_quota"] = _checked(quota_path, lambda text: cpu_quota_v1(text, period), malformed)
     return info
+
+
+def _up_to(top, leaf):
+    """The directories from ``leaf`` up to ``top`` (both included), those that exist; [] when leaf is not in top."""
+    top = os.path.normpath(top)
+    current = os.path.normpath(leaf)
+    dirs = []
+    while current == top or current.startswith(top + os.sep):
+        if os.path.isdir(current):
+            dirs.append(current)
+        if current == top:
+            break
+        current = os.path.dirname(current)
+    return dirs
+
+
+def _limit_of(path):
+    try:
+        return parse_limit(read_text(path) or "max")
+    except ValueError:
+        return None
+
+
+def job_memory(pid, proc=PROC, root=ROOT):
+    """The memory of the cgroup that process ``pid`` (a job's) is in -> {"path", "version", "current", "peak",
+    "max"}: v2 ``memory.current``, ``memory.peak`` and the smallest ``memory.max`` from the cgroup up to the root
+    (a limit may sit on a parent); v1 ``memory.usage_in_bytes``, ``memory.max_usage_in_bytes`` and the smallest
+    ``memory.limit_in_bytes``. A value that cannot be read is None; None when the process's cgroup is not found."""
+    found = proc_cgroup(pid, proc)
+    if found["v2"] is not None and os.path.exists(os.path.join(root, "cgroup.controllers")):
+        names, top, rel = ("memory.current", "memory.peak", "memory.max"), root, found["v2"]
+        version = 2
+    elif found["memory"] is not None and os.path.isdir(os.path.join(root, "memory")):
+        names, top, rel = ("memory.usage_in_bytes", "memory.max_usage_in_bytes", "memory.limit_in_bytes"), \
+            os.path.join(root, "memory"), found["memory"]
+        version = 1
+    else:
+        return None
+    dirs = _up_to(top, os.path.join(top, rel.lstrip("/")))
+    if not dirs:
+        return None
+    leaf = dirs[0]
+    return {"path": leaf, "version": version,
+            "current": parse_int(read_text(os.path.join(leaf, names[0]))),
+            "peak": parse_int(read_text(os.path.join(leaf, names[1]))),
+            "max": _smallest(_limit_of(os.path.join(d, names[2])) for d in dirs)}

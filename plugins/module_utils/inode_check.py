@@ -311,3 +311,159 @@ def path_usages(paths, warn_pct, fail_pct):
             findings.extend(threshold_findings(usage, warn_pct, fail_pct))
         usages.append(usage)
     return usages, findings
+
+
+# The walk that names a full disk's largest consumers: at most this many entries in all (a disk full of inodes
+# holds millions); past it the sizes are lower bounds (``truncated``).
+MAX_CONSUMER_ENTRIES = 200000
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".npz", ".h5")
+SMALL_FILE_BYTES = 256 * 1024
+
+
+def _names(path):
+    try:
+        with os.scandir(path) as entries:
+            return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    except OSError:
+        return []
+
+
+def consumer_kind(path, files=0, size=0, checkpoint_files=0):
+    """What a directory under a full disk is, by its name and its first level (pure but for that listing):
+    ``hf_cache``, ``pip_cache``, ``checkpoints``, ``per_sample`` (many small files) or ``other``."""
+    base = os.path.basename(os.path.normpath(path))
+    children = _names(path)
+    names = set(name for name, _is_dir in children)
+    if base.startswith(("models--", "datasets--")):
+        return "hf_cache"
+    if any(name.startswith(("models--", "datasets--")) for name in names) or (
+            "hub" in names and any(n.startswith(("models--", "datasets--")) for n, _d in _names(os.path.join(path, "hub")))):
+        return "hf_cache"
+    if base in ("huggingface", "hf_home", "hf-home", "hf_cache", "hf-cache"):
+        return "hf_cache"
+    if base == "pip" or ("http" in names or "http-v2" in names) and "wheels" in names:
+        return "pip_cache"
+    if checkpoint_files and checkpoint_files * 2 >= files or base.startswith(("checkpoint", "ckpt")):
+        return "checkpoints"
+    if files >= 1000 and size <= files * SMALL_FILE_BYTES:
+        return "per_sample"
+    return "other"
+
+
+def _q(text):
+    return "'%s'" % text.replace("'", "'\\''")
+
+
+def consumer_command(kind, path):
+    """The exact command that clears or moves a consumer of ``kind`` at ``path`` (pure)."""
+    if kind == "hf_cache":
+        hub = os.path.join(path, "hub") if os.path.isdir(os.path.join(path, "hub")) else path
+        return ("huggingface-cli delete-cache --dir %s (pick the models to delete), or move it to a larger disk "
+                "and point HF_HOME there" % _q(hub))
+    if kind == "pip_cache":
+        return "PIP_CACHE_DIR=%s pip cache purge" % _q(path)
+    if kind == "checkpoints":
+        return ("ls -lt %s, then delete the checkpoints you no longer need (pull them first: "
+                "playbooks/teardown.yml)" % _q(path))
+    if kind == "per_sample":
+        return "tar -cf %s -C %s %s && rm -rf %s (one archive instead of one file per sample)" % (
+            _q(path + ".tar"), _q(os.path.dirname(path)), _q(os.path.basename(path)), _q(path))
+    return "du -sh %s, then move it to a larger tier or delete it" % _q(path)
+
+
+def _measure(top, budget):
+    """(bytes, inodes, files, checkpoint files, truncated) below ``top`` (itself counted), no symlink followed, one
+    filesystem; ``budget`` is a one-item list of the entries left, shared by every call."""
+    total = inodes = files = checkpoints = 0
+    try:
+        st = os.lstat(top)
+    except OSError:
+        return 0, 0, 0, 0, False
+    inodes, device = 1, st.st_dev
+    if not stat.S_ISDIR(st.st_mode):
+        regular = stat.S_ISREG(st.st_mode)
+        return (st.st_size if regular else 0), 1, int(regular), int(
+            regular and top.endswith(CHECKPOINT_SUFFIXES)), False
+    stack = [top]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if budget[0] <= 0:
+                        return total, inodes, files, checkpoints, True
+                    budget[0] -= 1
+                    inodes += 1
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        if est.st_dev == device:
+                            stack.append(entry.path)
+                    elif stat.S_ISREG(est.st_mode):
+                        total += est.st_size
+                        files += 1
+                        checkpoints += entry.name.endswith(CHECKPOINT_SUFFIXES)
+        except OSError:
+            continue
+    return total, inodes, files, checkpoints, False
+
+
+def largest_consumers(path, limit=3, max_entries=MAX_CONSUMER_ENTRIES, by="bytes"):
+    """The ``limit`` largest children of ``path`` by ``by`` (``bytes`` or ``inodes``), a ``.cache`` directory opened
+    to its children (the HF and pip caches), each {"path", "bytes", "inodes", "kind", "command", "truncated"}.
+    Bounded (``max_entries`` in all), never follows a symlink, stays on one filesystem. [] when it cannot be
+    listed."""
+    budget = [max_entries]
+    tops = []
+    for name, is_dir in _names(path):
+        child = os.path.join(path, name)
+        if is_dir and name == ".cache":
+            tops.extend(os.path.join(child, sub) for sub, _d in _names(child))
+        else:
+            tops.append(child)
+    rows = []
+    for top in sorted(tops):
+        size, inodes, files, checkpoints, truncated = _measure(top, budget)
+        kind = consumer_kind(top, files, size, checkpoints) if os.path.isdir(top) and not os.path.islink(top) else (
+            "checkpoints" if top.endswith(CHECKPOINT_SUFFIXES) else "other")
+        rows.append({"path": top, "bytes": size, "inodes": inodes, "kind": kind,
+                     "command": consumer_command(kind, top), "truncated": truncated})
+    rows.sort(key=lambda row: (-row[by], row["path"]))
+    return rows[:limit]
+
+
+KIND_WORDS = {"hf_cache": "Hugging Face cache", "pip_cache": "pip cache", "checkpoints": "checkpoints",
+              "per_sample": "per-sample files", "other": "directory"}
+
+
+def name_hogs(found, consumers):
+    """The threshold finding ``found`` (bytes_high, inodes_high, inodes_exhausted) with its disk's largest
+    ``consumers`` (largest_consumers) named in its message and action, and listed in ``consumers`` (pure)."""
+    if not consumers:
+        return found
+    named = ["%s %s (%s, %d inodes)" % (KIND_WORDS.get(row["kind"], row["kind"]), row["path"],
+                                        human_bytes(row["bytes"]), row["inodes"]) for row in consumers]
+    commands = ["%s: %s" % (row["path"], row["command"]) for row in consumers]
+    return dict(found, message="%s; largest: %s" % (found["message"], ", ".join(named)),
+                action="%s To clear or move the largest: %s." % (found["action"], "; ".join(commands)),
+                consumers=consumers)
+
+
+def with_hogs(findings, limit=3, max_entries=MAX_CONSUMER_ENTRIES, measure=largest_consumers):
+    """Each disk threshold finding of ``findings`` with its disk's largest consumers named (name_hogs): by bytes for
+    bytes_high, by inodes for the inode findings; one walk per path and measure."""
+    done = {}
+    out = []
+    for found in findings:
+        code = found.get("code")
+        if code not in ("bytes_high", "inodes_high", "inodes_exhausted") or not found.get("path"):
+            out.append(found)
+            continue
+        by = "bytes" if code == "bytes_high" else "inodes"
+        key = (found["path"], by)
+        if key not in done:
+            done[key] = measure(found["path"], limit, max_entries, by)
+        out.append(name_hogs(found, done[key]))
+    return out

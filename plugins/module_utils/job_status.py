@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, job_layout, job_log, jobs, safe_read
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, job_layout, job_log, jobs, liveness
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 
 
@@ -155,7 +156,21 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "tail": scan["tail"],
         "oom_kills_since_launch": delta,
         "vanished_reason": None,
+        "artifacts": None,
+        "memory": None,
+        "gpu_activity": None,
     }
+    if alive and mtime is not None and now - mtime > params["stale_minutes"] * 60:
+        # a silent log: is the job still writing checkpoints or outputs? (liveness.silence_findings judges)
+        roots = liveness.artifact_roots(queue, meta if not meta_problem else {})
+        newest = liveness.newest_mtime(roots, skip=[log_path])
+        job["artifacts"] = {"roots": roots, "path": newest["path"], "entries": newest["entries"],
+                            "truncated": newest["truncated"],
+                            "age_seconds": int(max(0, now - newest["epoch"])) if newest["epoch"] is not None else None}
+    if alive and pid:
+        job["memory"] = cgroup.job_memory(pid, root=params["cgroup_root"])
+        pressure = liveness.memory_pressure_finding(spec["name"], job["memory"])
+        findings.extend([pressure] if pressure else [])
     if not alive and job["exists"]:
         launched = meta.get("launched_epoch")
         job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import calendar
 import time
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import liveness
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import finding
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_log import KILLED_RE
 
@@ -41,13 +42,13 @@ def vanished_reason(exit_code, tail, oom_kill_delta, started_epoch, boot_epoch):
     return "unknown"
 
 
-def job_findings(job, stale_seconds):
+def job_findings(job, stale_seconds, hung_seconds=3600):
     """Findings for one job report (a dict as job_status returns it). Pure; codes are stable.
 
     job_crashed (FAIL): crash markers after the latest start. job_gone_incomplete (FAIL): not alive and items
     remain, or no final status, or a non-zero exit. job_finished (INFO): not alive, exit 0, all items done.
-    log_stale (WARN): alive but the log is silent longer than ``stale_seconds`` (silence alone does not prove a
-    hang: long evaluations and checkpoint writes are quiet too). oom_killed (WARN while alive, FAIL when gone).
+    A live job whose log is silent for longer than ``stale_seconds``: log_quiet (INFO), log_stale (WARN) or job_hung
+    (FAIL), judged with its checkpoints and GPU use (liveness.silence_findings). oom_killed (WARN while alive, FAIL when gone).
     """
     name = job["name"]
     found = []
@@ -79,13 +80,7 @@ def job_findings(job, stale_seconds):
             items = " (%d/%d items)" % (done, total) if total else ""
             found.append(finding("INFO", "job_finished", "%s finished with exit code 0%s" % (name, items),
                                  "Verify and pull the results before any teardown.", job=name))
-    age = job["log_age_seconds"]
-    if job["alive"] and age is not None and age > stale_seconds:
-        found.append(finding(
-            "WARN", "log_stale",
-            "%s is alive but %s has not been written for %d min" % (name, job["log_path"], age // 60),
-            "Check GPU utilisation and checkpoint mtimes; the job may hang (or buffer output: PYTHONUNBUFFERED=1).",
-            job=name))
+    found.extend(liveness.silence_findings(job, stale_seconds, hung_seconds))
     delta = job.get("oom_kills_since_launch")
     if delta:
         found.append(finding(

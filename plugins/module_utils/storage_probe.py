@@ -100,7 +100,9 @@ def run(params):
         usage["top"], usage["top_errors"] = [], []
         if usage["exists"] and params["top"] and os.path.isdir(path):
             usage["top"], usage["top_errors"] = inode_check.top_inode_consumers(path, params["top"])
-        findings.extend(inode_check.threshold_findings(usage, params["warn_pct"], params["fail_pct"]))
+        # a full disk names its largest consumers (the HF cache, pip's cache, checkpoints, per-sample files)
+        findings.extend(inode_check.with_hogs(inode_check.threshold_findings(usage, params["warn_pct"],
+                                                                             params["fail_pct"])))
         reports.append(usage)
     for budget in params["budgets"]:
         usage = usage_of(budget["path"])

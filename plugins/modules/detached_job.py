@@ -280,7 +280,9 @@ def launch(module, paths, wrapper, detach):
     name = module.params["name"]
     oom_path, oom = cgroup.read_oom_kills()
     meta = {"name": name, "detach": detach, "wrapper": wrapper, "log_path": paths["log_path"],
-            "launched_epoch": time.time(), "oom_kill_at_launch": oom.get("oom_kill"), "oom_events_path": oom_path}
+            "launched_epoch": time.time(), "oom_kill_at_launch": oom.get("oom_kill"), "oom_events_path": oom_path,
+            # where the job writes its outputs when launch recorded none (job_status: a silent log's checkpoints)
+            "chdir": module.params["chdir"]}
     try:
         for stale in (paths["pid_file"], paths["starttime_file"]):
             if os.path.exists(stale):

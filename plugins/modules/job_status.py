@@ -46,6 +46,11 @@ description:
   - Also reports bytes and inodes of O(paths), GPU utilisation and memory (one C(nvidia-smi) call under a
     timeout, with O(gpu)), and the cgroup's OOM kill counter.
   - >-
+    A path at C(warn_pct) or more (C(bytes_high), C(inodes_high), C(inodes_exhausted)) names its largest consumers
+    (by bytes, or by inodes for the inode findings), each with its kind (Hugging Face cache, pip cache, checkpoints,
+    per-sample files) and the command that clears or moves it, in the finding's message, action and C(consumers).
+    The walk is bounded (200000 entries), follows no symlink and stays on the path's filesystem.
+  - >-
     With O(gpu), the same C(nvidia-smi --query-gpu) call reads each GPU's active clock event ("throttle") reasons:
     a hardware or thermal slowdown (HW slowdown, HW thermal, HW power brake, SW thermal) while the GPU is under load
     (utilisation 30 % or more, or under MIG, where there is none, a power draw of 30 % of the limit; an idle GPU at
@@ -117,11 +122,25 @@ options:
     default: '(?i)\b(?P<unit>epoch|step)\b[ \t]*[=:]?[ \t]*[\[(]?[ \t]*(?P<value>\d+)(?:[ \t]*/[ \t]*(?P<total>\d+))?'
   stale_minutes:
     description:
-      - A live job whose log has not been written for longer than this raises C(log_stale) (WARN).
+      - A live job whose log has not been written for longer than this raises C(log_stale) (WARN), unless its
+        checkpoints and outputs were written within this time or its GPU is busy, when it is C(log_quiet) (INFO).
       - WARN, not FAIL, because a long evaluation or checkpoint write is silent too; a dead job is reported by
         C(job_gone_incomplete) instead.
+      - >-
+        The checkpoints and outputs are the output directories launch recorded in C(queue.json), else the C(chdir)
+        that M(remote_gpu.trainer.detached_job) recorded; the newest mtime of a regular file there counts (a walk of
+        at most 20000 entries, 8 levels deep, that follows no symlink). The GPU is busy when a GPU is above 5 %
+        utilisation in a reading: the sampler's C(samples.tsv) rows of the last O(hung_minutes) (launch_sampler),
+        and this probe's own nvidia-smi reading (with O(gpu)).
     type: int
     default: 30
+  hung_minutes:
+    description:
+      - A live job whose log and checkpoints have not been written for longer than this, and whose GPU was idle
+        (5 % or less) in every reading, is C(job_hung) (FAIL), with the evidence. Without any GPU reading it stays
+        C(log_stale).
+    type: int
+    default: 60
   tail_lines:
     description:
       - How many of the last log lines to return, from 0 to 10000.
@@ -159,7 +178,12 @@ options:
     type: int
     default: 15
   cgroup_root:
-    description: Where the cgroup filesystem is mounted (for the C(oom_kill) counter).
+    description:
+      - Where the cgroup filesystem is mounted (for the C(oom_kill) counter, and the memory of each live job's
+        cgroup).
+      - A live job whose cgroup (of its PID) uses more than 90 % of its C(memory.max) (the smallest up to the root;
+        v1 C(memory.limit_in_bytes)) in C(memory.current) or C(memory.peak) is C(memory_pressure) (WARN), with the
+        numbers.
     type: path
     default: /sys/fs/cgroup
 notes:
@@ -227,6 +251,10 @@ jobs:
       C(launch_min_seconds_fail)).
     - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
       trusted C(job.meta.json) (null when it is missing or untrusted).
+    - C(artifacts) (only for a live job whose log is older than O(stale_minutes), else null) is the newest
+      checkpoint or output (C(roots) walked, C(path), C(age_seconds), C(entries), C(truncated)); C(gpu_activity)
+      (null likewise) counts the GPU readings (C(readings), C(busy), C(max_util_pct), C(samples), C(now));
+      C(memory) is the live job's cgroup memory (C(path), C(version), C(current), C(peak), C(max) in bytes).
   type: list
   elements: dict
   returned: always
@@ -262,6 +290,9 @@ jobs:
       tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
       vanished_reason: unknown
       oom_kills_since_launch: 0
+      artifacts: null
+      gpu_activity: null
+      memory: null
 alive_jobs:
   description: The names of the jobs of RV(jobs) that are alive (running, or starting under tmux).
   type: list
@@ -358,7 +389,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, gpu_patrol, inode_check, job_layout
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_log, jobs, procfs
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_log, jobs, liveness, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import FAIL_ON_OPTION, finding, run_check, worst
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_status import StatusError, report_job, run_dir_of
@@ -379,6 +410,7 @@ MODULE_OPTIONS = dict(
         run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
         progress_regex=dict(type="str", default=job_log.DEFAULT_PROGRESS_RE),
         stale_minutes=dict(type="int", default=30),
+        hung_minutes=dict(type="int", default=60),
         tail_lines=dict(type="int", default=20),
         scan_timeout=dict(type="int", default=30),
         paths=dict(type="list", elements="path", default=[]),
@@ -426,7 +458,7 @@ def validate(params):
             raise StatusError("queue_length of %s must be 0 or more" % job["name"])
         if job["log_path"] is not None and not os.path.isabs(job["log_path"]):
             raise StatusError("log_path %r of %s must be an absolute path" % (job["log_path"], job["name"]))
-    for key in ("stale_minutes", "tail_lines", "timeout"):
+    for key in ("stale_minutes", "hung_minutes", "tail_lines", "timeout"):
         if params[key] < 0:
             raise StatusError("%s must be 0 or more, got %d" % (key, params[key]))
     if params["tail_lines"] > MAX_TAIL_LINES:
@@ -482,19 +514,26 @@ def run(module):
     boot_epoch = now - uptime if uptime is not None else None
     oom_path, counters = cgroup.read_oom_kills(root=params["cgroup_root"])
     oom = {"path": oom_path, "counters": counters}
-    reports = []
-    for spec in job_list:
-        job, job_notes = report_job(module, spec, regex, oom, now, boot_epoch)
-        findings.extend(job_notes)
-        findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60))
-        reports.append(job)
-    usages, path_findings = inode_check.path_usages(params["paths"], params["warn_pct"], params["fail_pct"])
-    findings.extend(path_findings)
-    gpus, xid_events, since = None, [], None
+    # the GPUs first: a live job with a silent log is judged with their utilisation (liveness.silence_findings)
+    gpus, gpu_notes, xid_events, since = None, [], [], None
     if params["gpu"]:
         gpus, gpu_notes, xid_events, since = gpu_patrol.probe(
             module, params["timeout"], params["kernel_log"], job_metas(params, job_list), boot_epoch, now)
-        findings.extend(gpu_notes)
+    reports = []
+    for spec in job_list:
+        job, job_notes = report_job(module, spec, regex, oom, now, boot_epoch)
+        if job["artifacts"] is not None:
+            window = now - params["hung_minutes"] * 60
+            launched = job["launched_epoch"]
+            job["gpu_activity"] = liveness.gpu_activity(
+                liveness.read_samples(job["job_dir"]), max(window, launched) if launched else window, gpus)
+        findings.extend(job_notes)
+        findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60, params["hung_minutes"] * 60))
+        reports.append(job)
+    usages, path_findings = inode_check.path_usages(params["paths"], params["warn_pct"], params["fail_pct"])
+    # a full disk names its largest consumers (the HF cache, pip's cache, checkpoints, per-sample files)
+    findings.extend(inode_check.with_hogs(path_findings))
+    findings.extend(gpu_notes)
     return {"status": worst(findings), "jobs": reports, "alive_jobs": [job["name"] for job in reports if job["alive"]],
             "discovered": discovered, "paths": usages, "gpus": gpus, "oom_kills": oom,
             "findings": findings, "xid_events": xid_events, "xid_since": since}

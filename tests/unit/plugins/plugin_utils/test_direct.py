@@ -95,7 +95,7 @@ def test_job_status_runs_from_stdin_and_expands_paths_as_the_remote_user(tmp_pat
     (home / "data").mkdir(parents=True)
     shared = direct.prepare("job_status")
     params = {"name": "train", "log_path": None, "queue_length": 0, "jobs": None, "run_dir": str(tmp_path / "jobs"),
-              "progress_regex": None, "stale_minutes": 30, "tail_lines": 20, "scan_timeout": 30,
+              "progress_regex": None, "stale_minutes": 30, "hung_minutes": 60, "tail_lines": 20, "scan_timeout": 30,
               "paths": ["~/data"], "warn_pct": 85, "fail_pct": 95, "gpu": False, "timeout": 15, "kernel_log": "auto",
               "cgroup_root": "/sys/fs/cgroup", "fail_on": "never"}
     params["progress_regex"] = shared["options"]["argument_spec"]["progress_regex"]["default"]
