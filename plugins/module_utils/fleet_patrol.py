@@ -71,7 +71,8 @@ def _progress_text(progress):
 
 def job_line(job, stale_codes=(), tail_lines=3, width=160):
     """One job as words: ``train ALIVE items 3/7 epoch 12 log 0m`` or ``train GONE items 2/7 exit 137 (killed):
-    last lines: ...``. ``stale_codes`` names the jobs with a log_stale finding."""
+    last lines: ...``. ``stale_codes`` names the jobs with a log_stale finding (a list), or maps each job with a silent
+    log to its mark (``STALE``, ``HUNG``: job_hung, ``quiet``: log_quiet)."""
     state = _job_state(job)
     words = [job.get("name") or "?", state]
     if state == "MISSING":
@@ -97,7 +98,11 @@ def job_line(job, stale_codes=(), tail_lines=3, width=160):
             words.append("(%s)" % job["vanished_reason"])
     age = fleet_table.integer(job.get("log_age_seconds"))
     if age is not None:
-        words.append("log %dm%s" % (age // 60, " STALE" if job.get("name") in stale_codes else ""))
+        if isinstance(stale_codes, dict):  # {job: STALE, HUNG or quiet}
+            marker = stale_codes.get(job.get("name"))
+        else:
+            marker = "STALE" if job.get("name") in stale_codes else None
+        words.append("log %dm%s" % (age // 60, " " + marker if marker else ""))
     elif job.get("log_exists") is False:
         words.append("no log")
     if fleet_table.integer(job.get("oom_kills_since_launch")):
@@ -215,7 +220,8 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
         (f for f in findings if rank(f.get("level")) > 0), None)
     data = fleet_table.usage_of(probe, record.get("data_dir"))
     durable = fleet_table.usage_of(probe, record.get("durable_dir"))
-    stale = [f.get("job") for f in findings if f.get("code") == "log_stale"]
+    marks = {"log_quiet": "quiet", "log_stale": "STALE", "job_hung": "HUNG"}
+    stale = dict((f.get("job"), marks[f.get("code")]) for f in findings if f.get("code") in marks)
     parts = [job_line(job, stale, tail_lines) for job in jobs]
     tiers = "data %s/%s" % (_pct(data.get("bytes_pct")), _pct(data.get("inodes_pct")))
     if record.get("durable_dir") and record.get("durable_dir") != record.get("data_dir"):

@@ -150,3 +150,12 @@ def test_the_autopilot_escalates_a_hung_job_and_never_restarts_it():
     assert (found["action"], found["state"]) == ("escalate", "escalated:000"), found
     assert "hung (job_hung)" in found["reason"] and "not stopped or restarted" in found["reason"]
     assert found.get("heal_jobs") in (None, []) and [e["kind"] for e in found["events"]] == ["escalated"]
+
+
+def test_the_hosts_line_marks_a_hung_or_quiet_job():
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol
+    report = {"name": "train", "alive": True, "log_age_seconds": 4500, "items_total": 0, "items_done": 0}
+    assert fleet_patrol.job_line(report, {"train": "HUNG"}).endswith("log 75m HUNG")
+    assert fleet_patrol.job_line(report, {"train": "quiet"}).endswith("log 75m quiet")
+    assert fleet_patrol.job_line(report, ["train"]).endswith("log 75m STALE")
+    assert fleet_patrol.job_line(report, {}).endswith("log 75m")
