@@ -411,8 +411,9 @@ def _measure(top, budget):
 
 
 def largest_consumers(path, limit=3, max_entries=MAX_CONSUMER_ENTRIES, by="bytes"):
-    """The ``limit`` largest children of ``path`` by ``by`` (``bytes`` or ``inodes``), a ``.cache`` directory opened
-    to its children (the HF and pip caches), each {"path", "bytes", "inodes", "kind", "command", "truncated"}.
+    """The ``limit`` (None: every one) largest children of ``path`` by ``by`` (``bytes`` or ``inodes``), a ``.cache``
+    directory opened to its children (the HF and pip caches), each {"path", "bytes", "inodes", "kind", "command",
+    "truncated"}.
     Bounded (``max_entries`` in all), never follows a symlink, stays on one filesystem. [] when it cannot be
     listed."""
     budget = [max_entries]
@@ -431,7 +432,7 @@ def largest_consumers(path, limit=3, max_entries=MAX_CONSUMER_ENTRIES, by="bytes
         rows.append({"path": top, "bytes": size, "inodes": inodes, "kind": kind,
                      "command": consumer_command(kind, top), "truncated": truncated})
     rows.sort(key=lambda row: (-row[by], row["path"]))
-    return rows[:limit]
+    return rows if limit is None else rows[:limit]
 
 
 KIND_WORDS = {"hf_cache": "Hugging Face cache", "pip_cache": "pip cache", "checkpoints": "checkpoints",
@@ -453,7 +454,7 @@ def name_hogs(found, consumers):
 
 def with_hogs(findings, limit=3, max_entries=MAX_CONSUMER_ENTRIES, measure=largest_consumers):
     """Each disk threshold finding of ``findings`` with its disk's largest consumers named (name_hogs): by bytes for
-    bytes_high, by inodes for the inode findings; one walk per path and measure."""
+    bytes_high, by inodes for the inode findings; one walk per path."""
     done = {}
     out = []
     for found in findings:
@@ -462,8 +463,8 @@ def with_hogs(findings, limit=3, max_entries=MAX_CONSUMER_ENTRIES, measure=large
             out.append(found)
             continue
         by = "bytes" if code == "bytes_high" else "inodes"
-        key = (found["path"], by)
-        if key not in done:
-            done[key] = measure(found["path"], limit, max_entries, by)
-        out.append(name_hogs(found, done[key]))
+        if found["path"] not in done:
+            done[found["path"]] = measure(found["path"], None, max_entries, by)
+        rows = sorted(done[found["path"]], key=lambda row: (-row[by], row["path"]))
+        out.append(name_hogs(found, rows[:limit]))
     return out

@@ -55,3 +55,19 @@ def test_a_disk_finding_names_the_hogs_and_other_findings_are_unchanged(tmp_path
     assert "largest: Hugging Face cache %s/hf (293.0 KiB" % root in full["message"]
     assert "huggingface-cli delete-cache --dir" in full["action"] and full["consumers"][0]["kind"] == "hf_cache"
     assert inode_check.name_hogs(full, []) is full
+
+
+def test_one_walk_per_path_for_its_bytes_and_its_inodes(tmp_path):
+    root = disk(tmp_path)
+    usage = {"path": root, "exists": True, "bytes_pct": 97, "bytes_free": 1, "bytes_total": 100,
+             "inodes_pct": 97, "inodes_free": 1, "inodes_total": 1000}
+    walks = []
+
+    def measure(*args):
+        walks.append(args)
+        return inode_check.largest_consumers(*args)
+
+    found = inode_check.with_hogs(inode_check.threshold_findings(usage, 85, 95), measure=measure)
+    assert [f["code"] for f in found] == ["bytes_high", "inodes_exhausted"] and len(walks) == 1
+    assert found[0]["consumers"][0]["kind"] == "hf_cache" and found[1]["consumers"][0]["kind"] == "per_sample"
+    assert "samples.tar" in found[1]["action"]
