@@ -231,7 +231,10 @@ def memory_pressure_finding(name, memory, threshold_pct=MEMORY_PRESSURE_PCT):
     used = [value for value in (memory.get("current"), memory.get("peak")) if isinstance(value, int)]
     if not used or max(used) * 100 <= threshold_pct * limit:
         return None
-    pct = lambda value: "%d%%" % (value * 100 // limit)  # noqa: E731
+
+    def pct(value):
+        return "%d%%" % (value * 100 // limit)
+
     parts = ["memory.current %d (%s)" % (memory["current"], pct(memory["current"]))] if isinstance(
         memory.get("current"), int) else []
     if isinstance(memory.get("peak"), int):
