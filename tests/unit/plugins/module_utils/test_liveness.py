@@ -95,8 +95,14 @@ def test_samples_and_the_ticks_reading_make_the_gpu_activity(tmp_path):
     busy = liveness.gpu_activity(samples, None, None)
     assert (busy["readings"], busy["busy"], busy["max_util_pct"]) == (2, 1, 99.0)
     assert liveness.gpu_activity([], NOW, None)["readings"] == 0
-    os.mkfifo(str(tmp_path / "fifo"))
     assert liveness.read_samples(str(tmp_path / "nope")) == []
+    # a FIFO or a symlink planted as samples.tsv is never read (safe_read): no reading, never a hang
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(str(tmp_path / "fifo" / "samples.tsv"))
+    assert liveness.read_samples(str(tmp_path / "fifo")) == []
+    (tmp_path / "link").mkdir()
+    os.symlink(str(tmp_path / "samples.tsv"), str(tmp_path / "link" / "samples.tsv"))
+    assert liveness.read_samples(str(tmp_path / "link")) == []
 
 
 @pytest.mark.parametrize("memory, level", [
