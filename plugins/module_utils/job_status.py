@@ -156,6 +156,10 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "oom_kills_since_launch": delta,
         "vanished_reason": None,
     }
+    # The item gate's refusal (the queue paused before an item): only of a gone job, for an item still not done.
+    job["gate_refused"] = None if alive else jobs.gate_refusal(
+        job_layout.read_record(os.path.join(paths["job_dir"], job_layout.GATE_FILE)), share["ids"],
+        [item["item"] for item in share["items"] if item["exit_code"] == 0])
     if not alive and job["exists"]:
         launched = meta.get("launched_epoch")
         job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta,

@@ -227,6 +227,8 @@ jobs:
       C(launch_min_seconds_fail)).
     - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
       trusted C(job.meta.json) (null when it is missing or untrusted).
+    - C(gate_refused) is the item gate's refusal of a job that is not running (C(item), C(time), C(causes),
+      C(messages), C(actions)): the queue paused before that item (finding C(item_gate_refused)); null otherwise.
   type: list
   elements: dict
   returned: always
@@ -262,6 +264,7 @@ jobs:
       tail: ["RuntimeError: CUDA error: an illegal memory access was encountered"]
       vanished_reason: unknown
       oom_kills_since_launch: 0
+      gate_refused: null
 alive_jobs:
   description: The names of the jobs of RV(jobs) that are alive (running, or starting under tmux).
   type: list
