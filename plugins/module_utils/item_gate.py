@@ -59,8 +59,8 @@ def check_budget(budget):
     """The budget as {key: int >= 0} for BUDGET_KEYS (missing keys are 0: not checked); GateError otherwise."""
     budget = budget or {}
     if not isinstance(budget, dict):
-        raise GateError("launch_item_budget must be a mapping with the keys %s, got %r" % (", ".join(BUDGET_KEYS),
-                                                                                          budget))
+        raise GateError("launch_item_budget must be a mapping with the keys %s, got %r" % (
+            ", ".join(BUDGET_KEYS), budget))
     unknown = sorted(set(budget) - set(BUDGET_KEYS))
     if unknown:
         raise GateError("launch_item_budget has unknown key(s) %s; the keys are %s" % (
@@ -134,8 +134,8 @@ def judge(disks, budget, gpus=None, apps=(), job_pids=(), new_xids=(), gpu_mib=D
             continue
         found.append(refuse(
             "gpu_memory_held", "process %s (%s), not of this job, holds %d MiB of GPU memory (more than %d MiB): "
-            "the item would die of CUDA out-of-memory" % (app.get("pid"), app.get("process_name") or "?", used,
-                                                           gpu_mib),
+            "the item would die of CUDA out-of-memory" % (
+                app.get("pid"), app.get("process_name") or "?", used, gpu_mib),
             "Stop that process (remote_gpu.trainer.vram_reaper finds orphans; a zombie held by the platform needs "
             "a restart of the instance), or raise launch_item_gate_gpu_mib, then relaunch.", pid=app.get("pid"),
             used_mib=used))

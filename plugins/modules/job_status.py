@@ -228,7 +228,7 @@ jobs:
     - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
       trusted C(job.meta.json) (null when it is missing or untrusted).
     - C(gate_refused) is the item gate's refusal of a job that is not running (C(item), C(time), C(causes),
-      C(messages), C(actions)): the queue paused before that item (finding C(item_gate_refused)); null otherwise.
+      C(messages), C(actions)), when the queue paused before that item (finding C(item_gate_refused)); else null.
   type: list
   elements: dict
   returned: always
