@@ -63,7 +63,7 @@ MAX_REASON = 3000
 
 # state families (the part before ":")
 FAILING = ("fail", "probe_error", "gone", "sync_failed", "heal_failed", "park_failed")
-ESCALATED = ("escalated", "too_fast", "unreachable_escalated", "idle_destroy_only", "idle_manual",
+ESCALATED = ("escalated", "too_fast", "gate_refused", "unreachable_escalated", "idle_destroy_only", "idle_manual",
              "preempted_escalated")
 DONE = ("done", "done_unsynced")
 # the host's own states (never a job's); "fail:config_error" is one too (the action plugin's)
@@ -368,7 +368,7 @@ def _job_events(host, previous, state, reason):
         return []
     now, before = family(state), family(previous)
     kind = None
-    if now in ("escalated", "too_fast"):
+    if now in ("escalated", "too_fast", "gate_refused"):
         kind = "escalated"
     elif now in ("fail", "gone", "sync_failed", "heal_failed"):
         kind = "new_fail"
@@ -494,6 +494,13 @@ def judge_job(job, result, settings, history):
         return _decision("stopped", "none", "job %s is not running and launch recorded no queue for it (%s): "
                          "nothing to resume, and nothing proves its files durable" % (
                              name, "exit %s" % job.get("last_exit_code")))
+    gate = job.get("gate_refused")
+    if isinstance(gate, dict) and isinstance(gate.get("item"), str):
+        causes = [str(cause) for cause in gate.get("causes") or []]
+        return _decision("gate_refused:%s" % gate["item"], "escalate",
+                         "job %s paused before item %s: the item gate refused it (%s); not restarted, it would be "
+                         "refused again: fix the cause (the job's item_gate_refused finding says what), then "
+                         "relaunch" % (name, gate["item"], ", ".join(causes) or "?"), gate["item"], causes=causes)
     if unfinished(job):
         return _heal(job, settings, history, run)
     if sync_failed(job):

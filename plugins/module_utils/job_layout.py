@@ -69,6 +69,8 @@ STATUS_FILE = "status.json"
 LOG_FILE = "job.log"
 ITEMS_DIR = "items"
 QUEUE_FILE = "queue.json"
+# the item gate's latest refusal (item_gate.py writes it, a passed gate removes it; job_status reads it)
+GATE_FILE = "gate-refused.json"
 LIB_DIR = "lib"
 
 # What the job's scripts run to call this file on the box (with PYTHONPATH set to the lib directory).

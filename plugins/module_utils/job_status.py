@@ -171,6 +171,10 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         job["memory"] = cgroup.job_memory(pid, root=params["cgroup_root"])
         pressure = liveness.memory_pressure_finding(spec["name"], job["memory"])
         findings.extend([pressure] if pressure else [])
+    # The item gate's refusal (the queue paused before an item): only of a gone job, for an item still not done.
+    job["gate_refused"] = None if alive else jobs.gate_refusal(
+        job_layout.read_record(os.path.join(paths["job_dir"], job_layout.GATE_FILE)), share["ids"],
+        [item["item"] for item in share["items"] if item["exit_code"] == 0])
     if not alive and job["exists"]:
         launched = meta.get("launched_epoch")
         job["vanished_reason"] = jobs.vanished_reason(last_exit, scan["tail"], delta,

@@ -66,7 +66,16 @@ def job_findings(job, stale_seconds, hung_seconds=3600):
             job=name))
     total, done = job["items_total"], job["items_done"]
     incomplete = bool(total) and done < total
-    if not job["alive"]:
+    gate = job.get("gate_refused")
+    if not job["alive"] and gate:
+        found.append(finding(
+            "FAIL", "item_gate_refused",
+            "%s paused before item %s at %d/%d items: the item gate refused it (%s): %s" % (
+                name, gate["item"], done, total, ", ".join(gate["causes"]) or "?", "; ".join(gate["messages"])),
+            "%s Then relaunch (playbooks/launch.yml): the queue resumes at item %s." % (
+                gate["actions"][0] if gate["actions"] else "Fix the cause.", gate["item"]),
+            job=name, item=gate["item"], causes=gate["causes"]))
+    elif not job["alive"]:
         code = job["last_exit_code"]
         if code is None or code != 0 or incomplete:
             items = " at %d/%d items" % (done, total) if total else ""
@@ -88,6 +97,23 @@ def job_findings(job, stale_seconds, hung_seconds=3600):
             "the cgroup's oom_kill counter rose by %d since %s was launched" % (delta, name),
             "Lower the batch size or num_workers, or raise the memory limit; see memory.max.", job=name))
     return found
+
+
+def gate_refusal(record, ids, done_ids):
+    """The item gate's refusal of a job (pure): ``record`` is ``<job dir>/gate-refused.json`` (item_gate.py) -> {item,
+    time, causes, messages, actions}, or None when there is none, or it names an item that is not in this job's
+    share (``ids``; None: any item) or is done since (a stale record)."""
+    if not isinstance(record, dict) or not isinstance(record.get("item"), str):
+        return None
+    item = record["item"]
+    if (ids is not None and item not in ids) or item in done_ids:
+        return None
+    rows = [row for row in record.get("findings") or [] if isinstance(row, dict)]
+    text = [(str(row.get("cause") or "?"), " ".join(str(row.get("message") or "").split())[:500],
+             " ".join(str(row.get("action") or "").split())[:500]) for row in rows[:8]]
+    return {"item": item, "time": record.get("time") if isinstance(record.get("time"), str) else None,
+            "causes": sorted(set(cause for cause, _m, _a in text)), "messages": [m for _c, m, _a in text],
+            "actions": [a for _c, _m, a in text if a]}
 
 
 def _epoch(text):

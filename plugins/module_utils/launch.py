@@ -28,6 +28,9 @@ On-box layout added by launch (inside the detached job's directory ``<run_dir>/<
                               exited 0 was too fast to count (job_status: too_fast, item_too_fast)
     queue-<sha12>.sh          the queue runner of this host (its items in order); never rewritten (launch_scripts.py)
     run-item-<sha12>.sh       the run wrapper for one item; never rewritten (launch_scripts.py)
+    gate-refused.json         the item gate's latest refusal (item_gate.py, run by the queue runner before each
+                              item): the item and its findings; removed when an item passes. item-gate.json: the
+                              fatal Xid lines the gate has already seen
     main.pid                  PID of the running item's command (the sampler reads its RSS)
     samples.tsv               the sampler's readings, when launch_sampler is on
     items/<id>/status.json    {"item", "exit_code", "started", "finished", "arg", "host", "command_exit_code",

@@ -21,6 +21,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout impo
 
 LAUNCH_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"
 SAMPLER_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.sampler"
+GATE_CLI = "ansible_collections.remote_gpu.trainer.plugins.module_utils.item_gate"
+GATE_REFUSED_EXIT = 75  # item_gate.REFUSED_EXIT (not imported: the filter needs none of the gate's GPU code)
 
 q = shlex.quote
 
@@ -177,10 +179,39 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
     return "\n".join(lines)
 
 
-def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler=False, sampler_interval=5):
+def gate_lines(gate):
+    """The queue runner's lines that run the item gate (module_utils/item_gate.py) before an item: ``gate`` holds
+    ``data`` and ``durable`` (directories), the budget (``data_bytes``, ``data_inodes``, ``durable_bytes``,
+    ``durable_inodes``), ``gpu_mib`` and ``accept_slowdown``. A refused item stops the queue with GATE_REFUSED_EXIT
+    before it starts; a gate that cannot run (exit 2, or a missing interpreter) lets the item start."""
+    if not gate:
+        return []
+    words = ["--job-dir", '"$JOB_DIR"', "--item", '"$ID"', "--runner-pid", "$$", "--data", q(str(gate["data"]))]
+    if gate.get("durable"):
+        words += ["--durable", q(str(gate["durable"]))]
+    for key in ("data_bytes", "data_inodes", "durable_bytes", "durable_inodes", "gpu_mib"):
+        if gate.get(key) is not None:
+            words += ["--" + key.replace("_", "-"), str(int(gate[key]))]
+    if gate.get("accept_slowdown"):
+        words.append("--accept-slowdown")
+    return [
+        "    # The item gate: disk budget, foreign GPU memory, new fatal Xids, active slowdown (item_gate.py).",
+        '    PYTHONPATH="$LIB" "$PY" -m %s %s' % (GATE_CLI, " ".join(words)),
+        "    GATE=$?",
+        '    if [ "$GATE" -eq %d ]; then' % GATE_REFUSED_EXIT,
+        '        echo "==== trainer: queue paused before item $ID (item gate refused it; $JOB_DIR/%s says why):'
+        ' fix the cause and relaunch, the queue resumes there ===="' % "gate-refused.json",
+        "        exit %d" % GATE_REFUSED_EXIT,
+        "    fi",
+    ]
+
+
+def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler=False, sampler_interval=5,
+               gate=None):
     """The queue runner of one host: runs its ``items`` ({item, arg} dicts) in order with the run wrapper,
     skipping the items whose status says exit code 0. Exit 0 when every item is done, 1 otherwise, 128+N on
-    signal N. With ``sampler``, the sampler sidecar (module_utils/sampler.py) runs beside it."""
+    signal N. With ``sampler``, the sampler sidecar (module_utils/sampler.py) runs beside it. With ``gate``
+    (gate_lines), each item passes the item gate first; a refusal stops the queue with exit GATE_REFUSED_EXIT."""
     lines = [
         "#!/usr/bin/env bash",
         "# Queue runner of job %s on %s, written by the remote_gpu.trainer launch role. Never" % (name, host),
@@ -188,7 +219,8 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
         "#",
         "# Runs this host's items in order with the run wrapper, skipping every item whose items/<id>/status.json says",
         "# exit code 0, so a relaunch resumes at the first unfinished item. A failed item does not stop the queue.",
-        "# Exit status: 0 when every item of this host is done, 1 otherwise, 128+N when stopped by signal N.",
+        "# Exit status: 0 when every item of this host is done, 1 otherwise, 128+N when stopped by signal N%s." % (
+            ", %d when the item gate refused the next item" % GATE_REFUSED_EXIT if gate else ""),
         "set -u",
         "JOB_DIR=%s" % q(job_dir),
         "RUN_ITEM=%s" % q(run_item_path),
@@ -225,6 +257,7 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
         '        echo "==== trainer: item $ID already done, skipped ===="',
         "        continue",
         "    fi",
+    ] + gate_lines(gate) + [
         "    printf '%s\\n' \"$ID\" > \"$JOB_DIR/current.item\"",
         '    bash "$RUN_ITEM" "$ID" "${ARGS[$i]}" &',
         "    CHILD=$!",
@@ -251,7 +284,7 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
 
 
 def scripts(items, name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
-            lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None):
+            lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None, gate=None):
     """Both scripts of one host -> [{kind, path, text}] (run-item first); the queue names the run wrapper
     by its versioned path."""
     if conda_activate and not env_prefix:
@@ -261,7 +294,7 @@ def scripts(items, name, host, command, dest, output_root, durable_root, run_id,
     run_item = run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir,
                              python, lib_dir, env_prefix, conda_activate, threads)
     run_item_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("run-item", run_item))
-    queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval)
+    queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval, gate)
     queue_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("queue", queue))
     return [{"kind": "run-item", "path": run_item_path, "text": run_item},
             {"kind": "queue", "path": queue_path, "text": queue}]

@@ -255,6 +255,8 @@ jobs:
       checkpoint or output (C(roots) walked, C(path), C(age_seconds), C(entries), C(truncated)); C(gpu_activity)
       (null likewise) counts the GPU readings (C(readings), C(busy), C(max_util_pct), C(samples), C(now));
       C(memory) is the live job's cgroup memory (C(path), C(version), C(current), C(peak), C(max) in bytes).
+    - C(gate_refused) is the item gate's refusal of a job that is not running (C(item), C(time), C(causes),
+      C(messages), C(actions)), when the queue paused before that item (finding C(item_gate_refused)); else null.
   type: list
   elements: dict
   returned: always
@@ -293,6 +295,7 @@ jobs:
       artifacts: null
       gpu_activity: null
       memory: null
+      gate_refused: null
 alive_jobs:
   description: The names of the jobs of RV(jobs) that are alive (running, or starting under tmux).
   type: list
