@@ -42,20 +42,27 @@ def lab(lab_free, tmp_path_factory):
         offers = [fake_api.vastai_offer(i + 1, s) for i, s in enumerate(SCENARIOS)]
         provisioner = fake_api.LabProvisioner(state, delay=0.5, first_index=2)
         fake = fake_api.FakeAPI("vastai", KEY, offers=offers, provisioner=provisioner).start()
+        # RunPod chooses the machine: its fake gives each new pod the next scenario of its list
+        pods = fake_api.LabProvisioner(state, scenarios=["8xh100-hwslowdown", "8xh100"], delay=0.5, first_index=10)
+        runpod = fake_api.FakeAPI("runpod", KEY, provisioner=pods).start()
         try:
-            yield fleet, fake, provisioner, tmp_path_factory.mktemp("laptop")
+            yield fleet, fake, provisioner, tmp_path_factory.mktemp("laptop"), runpod
         finally:
             fake.stop()
-        assert provisioner.errors == []
+            runpod.stop()
+        assert provisioner.errors == [] and pods.errors == []
 
 
-def rent(lab, *extra, check=False):
-    fleet, fake, _prov, laptop = lab
+def rent(lab, *extra, check=False, provider="vastai"):
+    fleet, fake, _prov, laptop, runpod = lab
+    if provider == "runpod":
+        fake = runpod
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
+               RUNPOD_API_KEY=KEY,
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
     argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
             os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps({
-                "rent_name": NAME, "rent_provider": "vastai", "rent_api_url": fake.url, "rent_count": 2,
+                "rent_name": NAME, "rent_provider": provider, "rent_api_url": fake.url, "rent_count": 2,
                 "rent_gpu": "H100_SXM", "rent_gpu_count": 8, "rent_max_price": 5, "rent_image": "pytorch/pytorch:latest",
                 "rent_disk_gb": 64, "rent_max_tries": 3, "rent_poll_interval": 0.2, "preflight_sample_seconds": 1,
                 "rent_inventory_dir": str(laptop / "inventories" / "rented")})]
@@ -78,7 +85,7 @@ def playbook(fleet, laptop, inventory, name, *args):
 
 
 def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
-    fleet, fake, _prov, laptop = lab
+    fleet, fake, _prov, laptop, _runpod = lab
     proc, out = rent(lab, "-vvv")
     assert proc.returncode == 0, out[-6000:]
     assert len(calls(fake, "PUT", "/api/v0/asks/")) == 3
@@ -137,7 +144,7 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
 
 
 def test_a_later_rent_skips_the_bad_machine_and_check_mode_creates_nothing(lab):
-    _fleet, fake, _prov, laptop = lab
+    _fleet, fake, _prov, laptop, _runpod = lab
     if not (laptop / "reports" / "bad_machines.json").exists():
         pytest.skip("needs the first rent's bad_machines.json")
     before = len(fake.api_requests())
@@ -152,7 +159,7 @@ def test_a_later_rent_skips_the_bad_machine_and_check_mode_creates_nothing(lab):
 
 
 def test_a_price_cap_below_every_offer_creates_nothing_and_names_the_cap(lab):
-    _fleet, fake, _prov, _laptop = lab
+    _fleet, fake, _prov, _laptop, _runpod = lab
     before = len(fake.api_requests())
     proc, out = rent(lab, "-e", "rent_name=sweep-c", "-e", "rent_count=1", "-e", "rent_max_price=0.5")
     assert proc.returncode != 0
@@ -160,4 +167,19 @@ def test_a_price_cap_below_every_offer_creates_nothing_and_names_the_cap(lab):
     assert "no_offer" in text or "max_price 0.5 $/h excluded" in text, out[-3000:]
     assert "max_price 0.5 $/h excluded" in text, out[-3000:]
     assert [r["method"] for r in fake.api_requests()[before:]] == ["GET", "POST"]
+    assert KEY not in out
+
+
+def test_runpod_rent_gives_back_the_pod_on_a_throttled_machine_and_records_its_machine_id(lab):
+    """RunPod: POST /v1/pods; the first pod lands on a throttled machine (the fake's first scenario): it is given
+    back (DELETE, after the box's RUNPOD_POD_ID matched) and its machineId recorded; the next pod is kept."""
+    _fleet, _fake, _prov, laptop, runpod = lab
+    proc, out = rent(lab, "-e", "rent_name=pods-a", "-e", "rent_count=1", "-e", "rent_gpu='NVIDIA H100 80GB HBM3'",
+                     "-e", "rent_bad_machines_path=%s" % (laptop / "reports" / "bad_pods.json"), provider="runpod")
+    assert proc.returncode == 0, out[-5000:]
+    posts = [r for r in runpod.api_requests() if r["method"] == "POST" and r["path"] == "/v1/pods"]
+    assert len(posts) == 2 and posts[0]["body"]["ports"] == ["22/tcp"] and posts[0]["body"]["name"] == "pods-a"
+    assert [r["path"] for r in runpod.api_requests() if r["method"] == "DELETE"] == ["/v1/pods/fakepod0010"]
+    recorded = json.loads((laptop / "reports" / "bad_pods.json").read_text())
+    assert [(r["machine_id"], r["finding"].split(":")[0]) for r in recorded] == [("fakemach0010", "throttle_active")]
     assert KEY not in out
