@@ -27,6 +27,11 @@ to the queue), ``POST /_fake/instances`` (a JSON list that replaces the records)
 
 In a test: ``fake = FakeAPI("vastai", "key", records_for("vastai", pairs)).start()``, ``fake.url``, ``fake.stop()``.
 By hand: ``python3 fake_api.py vastai --key K --hosts 127.0.10.2:22,127.0.10.3:22`` (prints the URL).
+
+Create verbs (vast.ai ``POST /api/v0/bundles/`` offers and ``PUT /api/v0/asks/{id}/``, RunPod ``POST /v1/pods``, Lambda
+``POST /api/v1/instance-operations/launch``): with a ``LabProvisioner`` (``--scenarios`` and ``--lab-state`` on the
+command line), a create starts a lab instance (``tests/lab/fleet add``) with the GPU scenario of the offer (vast.ai)
+or the next one of the list, after ``--provision-delay`` seconds; a destroy stops it (``fleet remove``).
 """
 
 from __future__ import annotations
@@ -892,14 +897,31 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--hosts", default="", help="host:port,... that the instances' SSH addresses point to")
     parser.add_argument("--count", type=int, default=0, help="that many more instances at 127.0.0.1:22")
+    parser.add_argument("--scenarios", default="",
+                        help="GPU scenarios, comma-separated (e.g. 8xh100-hwslowdown,h100-idle,h100-idle): vast.ai "
+                             "serves one offer per scenario (machine 20000 + its position); a create starts a lab "
+                             "instance with the offer's scenario (RunPod, Lambda: the next one of the list)")
+    parser.add_argument("--lab-state", default=os.environ.get("LAB_STATE_DIR", ""),
+                        help="the state directory of the running lab fleet that creates add to (LAB_STATE_DIR)")
+    parser.add_argument("--provision-delay", type=float, default=1.0, help="seconds before a created box starts")
+    parser.add_argument("--first-index", type=int, default=10, help="the lab index (lab-NN) of the first created box")
     args = parser.parse_args()
     pairs = parse_hosts(args.hosts) + [("127.0.0.1", 22)] * args.count
+    scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    extra = {}
+    if scenarios:
+        if not args.lab_state:
+            parser.error("--scenarios needs the lab fleet's state directory (--lab-state or LAB_STATE_DIR)")
+        extra["offers"] = [vastai_offer(i + 1, name) for i, name in enumerate(scenarios)] \
+            if args.provider == "vastai" else []
+        extra["provisioner"] = LabProvisioner(args.lab_state, scenarios=scenarios, delay=args.provision_delay,
+                                              first_index=args.first_index)
     try:
-        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port)
+        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port, **extra)
     except RuntimeError as err:  # no jsonschema in this interpreter: serve, unchecked, and say so
         print(err, file=sys.stderr)
         fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port,
-                       validate=False)
+                       validate=False, **extra)
     print(fake.url, flush=True)
     try:
         fake.server.serve_forever()
