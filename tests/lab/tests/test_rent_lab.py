@@ -145,8 +145,7 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
 
 def test_a_later_rent_skips_the_bad_machine_and_check_mode_creates_nothing(lab):
     _fleet, fake, _prov, laptop, _runpod = lab
-    if not (laptop / "reports" / "bad_machines.json").exists():
-        pytest.skip("needs the first rent's bad_machines.json")
+    assert (laptop / "reports" / "bad_machines.json").exists(), "the first rent recorded no bad machine"
     before = len(fake.api_requests())
     proc, out = rent(lab, "-e", "rent_name=sweep-b", "-e", "rent_count=1", check=True)
     assert proc.returncode == 0, out[-4000:]
