@@ -132,9 +132,8 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
         fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
     # one item: launch gives it to one of the two rented boxes
     (host,) = [h for h in ("lab-03", "lab-04") if fleet.ssh(h, "test -d ~/.trainer/jobs/train", check=False).returncode == 0]
-    if True:
-        status = wait_finished(fleet, host, "train")
-        assert status["exit_code"] == 0, (status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log").stdout)
+    status = wait_finished(fleet, host, "train")
+    assert status["exit_code"] == 0, (status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log").stdout)
 
     # a second run creates nothing
     before = len(fake.api_requests())
