@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: instance
-short_description: Stop, start or terminate a rented GPU instance through its provider's API
+short_description: Rent, stop, start or terminate GPU instances through the provider's API
 version_added: 0.1.0
 author:
   - remote_gpu.trainer maintainers (@remote-gpu)
@@ -35,6 +35,22 @@ description:
     C(actions), Lambda C(actions)) - C(error_kind) C(action_not_available). Lambda has no stop and no
     start (only terminate). AutoDL Pro releases only a powered-off instance; the module never powers off implicitly
     before a release, so O(state=absent) on a running AutoDL instance fails and asks for O(state=stopped) first.
+  - "O(state=present) rents: it makes sure that O(count) instances labelled O(name) exist (vast.ai C(label), RunPod
+    and Lambda C(name)), creates the missing ones from O(spec), waits until the provider reports each one running with
+    an SSH address (the same state table), and returns in RV(instances) the hostvars that the inventory plugin would
+    give each one. It is idempotent by O(name): a second run with the same name and count creates nothing."
+  - "vast.ai: searches offers (C(POST /api/v0/bundles/) with the GPU name and count), keeps those that fit the spec
+    (C(max_price) per hour, C(min_vram_gb), C(min_reliability), C(min_direct_ports), C(regions), and not on a machine
+    of O(exclude_machines)), cheapest first, and accepts them (C(PUT /api/v0/asks/{offer_id}/) with C(image),
+    C(disk), C(runtype) C(ssh), C(onstart), C(label)); an offer that is gone is skipped for the next one. When fewer
+    offers fit than are needed, nothing is rented and the message says which constraint excluded which offers
+    (C(error_kind) C(no_offer)). RunPod: C(POST /v1/pods) (C(gpuTypeIds), C(gpuCount), C(imageName),
+    C(containerDiskInGb), C(volumeInGb), C(ports) C(22/tcp), C(interruptible), C(cloudType), C(dataCenterIds), the
+    public key as C(PUBLIC_KEY)). Lambda: C(POST /api/v1/instance-operations/launch) (C(region_name),
+    C(instance_type_name), C(ssh_key_names), C(file_system_names), one instance per request). Field names are those
+    of the providers' OpenAPI documents (vendored in the collection's C(tests/fixtures/openapi))."
+  - A create request is sent once, never retried (a retried create could rent twice); a failed one leaves the label
+    to find on the next run.
   - Run it on the controller (C(delegate_to localhost)); it needs no access to the instance itself.
   - "Verified before any verb, when it is given a host: with O(identity) (the registered result of
     M(remote_gpu.trainer.box_identity) on the host) or O(expect_id), the box's own id (RunPod C(RUNPOD_POD_ID),
@@ -52,7 +68,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Reads the instance's state and reports the verb it would call; calls no verb.
+    details: Reads the instance's state and reports the verb it would call; calls no verb. With O(state=present), it
+      searches the offers and returns in RV(offers) those it would take, creating nothing.
 options:
   provider:
     description: The instance's provider.
@@ -63,8 +80,8 @@ options:
     description:
       - The provider's id of the instance (RunPod pod id, vast.ai instance id, Lambda instance id, AutoDL Pro
         C(instance_uuid)). The inventory plugins set it as C(provider_id).
+      - Required unless O(state=present).
     type: str
-    required: true
   state:
     description:
       - V(running) starts a stopped instance, V(stopped) stops it (its disk is kept and may still bill), V(absent)
@@ -72,9 +89,39 @@ options:
       - V(restarted) restarts it where the provider has a verb for it (RunPod API v2 C(POST /v2/pods/{id}/action)
         C(restart), vast.ai C(PUT /api/v0/instances/reboot/{id}/), Lambda C(POST /api/v1/instance-operations/restart);
         AutoDL Pro has none) and waits until it runs again; it always acts (C(changed=true)).
+      - V(present) rents O(count) instances labelled O(name) from O(spec) (RunPod, vast.ai, Lambda; not AutoDL).
     type: str
     required: true
-    choices: [running, stopped, absent, restarted]
+    choices: [running, stopped, absent, restarted, present]
+  name:
+    description:
+      - With O(state=present), the rent's name, set as each instance's label (vast.ai C(label), RunPod and Lambda
+        C(name)); the instances that carry it are the rent's.
+    type: str
+  count:
+    description: With O(state=present), how many instances labelled O(name) should exist.
+    type: int
+    default: 1
+  spec:
+    description:
+      - With O(state=present), what to rent, a mapping. C(gpu) (a name or a list - vast.ai C(gpu_name) such as
+        C(RTX_4090) or C(H100_SXM), RunPod GPU type ids such as C(NVIDIA H100 80GB HBM3), in the order to try),
+        C(gpu_count) (default 1), C(image) (required for vast.ai and RunPod), C(disk_gb) (vast.ai C(disk), RunPod
+        C(containerDiskInGb)), C(volume_gb) (RunPod), C(max_price) (per instance and hour, vast.ai), C(min_vram_gb),
+        C(min_reliability) (0 to 1), C(min_direct_ports) (vast.ai, default 1), C(regions) (vast.ai country codes or
+        places, RunPod data center ids, Lambda exactly one region), C(interruptible) (vast.ai bid at C(max_price),
+        RunPod spot), C(cloud_type) (RunPod C(SECURE) or C(COMMUNITY)), C(public_key) (RunPod), C(onstart) (vast.ai),
+        C(env) (a mapping), and for Lambda C(instance_type), C(ssh_key_names) (exactly one) and C(file_system_names)
+        (at most one).
+      - An unknown key is refused (C(error_kind) C(bad_spec)).
+    type: dict
+  exclude_machines:
+    description:
+      - With O(state=present), machine ids (vast.ai C(machine_id)) whose offers are skipped - the machines a rent
+        found bad before (C(reports/bad_machines.json) of C(playbooks/rent.yml)).
+    type: list
+    elements: str
+    default: []
   api_key:
     description:
       - The provider's API key.
@@ -154,6 +201,33 @@ EXAMPLES = r"""
     state: absent
     wait: false
   delegate_to: localhost
+
+- name: Rent two vast.ai RTX 4090 boxes at most 0.50 $/h each (a second run creates nothing)
+  remote_gpu.trainer.instance:
+    provider: vastai
+    state: present
+    name: sweep-a
+    count: 2
+    spec:
+      gpu: RTX_4090
+      gpu_count: 1
+      max_price: 0.5
+      min_reliability: 0.98
+      image: pytorch/pytorch:latest
+      disk_gb: 64
+    exclude_machines: "{{ (lookup('ansible.builtin.file', 'reports/bad_machines.json', errors='ignore') or '[]')
+      | from_json | map(attribute='machine_id') | list }}"
+  delegate_to: localhost
+  register: rented
+
+- name: Add the rented boxes to the play
+  ansible.builtin.add_host:
+    name: "{{ item.name }}"
+    groups: [vastai, rented]
+    ansible_host: "{{ item.hostvars.ansible_host }}"
+    ansible_port: "{{ item.hostvars.ansible_port }}"
+    vastai_instance_id: "{{ item.id }}"
+  loop: "{{ rented.instances }}"
 
 - name: Reboot a vast.ai instance whose container exited (a crash)
   remote_gpu.trainer.instance:
@@ -249,18 +323,70 @@ identity:
   type: dict
   returned: always
   sample: {"by": "id", "expected": "fakepod0001", "source": "/proc/1/environ", "observed": "fakepod0001", "match": true}
+name:
+  description: The rent's name (the instances' label).
+  type: str
+  returned: when O(state=present)
+  sample: sweep-a
+count:
+  description: How many instances were wanted.
+  type: int
+  returned: when O(state=present)
+  sample: 2
+existing:
+  description: The ids of the instances labelled O(name) before this run.
+  type: list
+  elements: str
+  returned: when O(state=present)
+  sample: ["9000004"]
+created:
+  description: The ids of the instances this run created.
+  type: list
+  elements: str
+  returned: when O(state=present)
+  sample: ["9000005"]
+offers:
+  description:
+    - vast.ai - the offers taken (or, in check mode, that would be taken), cheapest first - C(id), C(machine_id),
+      C(gpu_name), C(num_gpus), C(price_per_hour), C(reliability), C(geolocation). RunPod and Lambda choose the
+      machine themselves - one entry per instance to create, with no id or price.
+  type: list
+  elements: dict
+  returned: when O(state=present)
+  sample: [{"id": 7100002, "machine_id": "20002", "gpu_name": "H100_SXM", "num_gpus": 1, "price_per_hour": 2.1}]
+excluded:
+  description: vast.ai - per constraint (C(max_price), C(min_reliability), C(bad_machine), ...), the offers it excluded.
+  type: dict
+  returned: when O(state=present)
+  sample: {"max_price": [{"id": 7100003, "machine_id": "20003", "price_per_hour": 2.9}]}
+instances:
+  description:
+    - One entry per instance labelled O(name) - C(id), C(name) (C(<name>-<id>)), C(created) (by this run),
+      C(created_at) (epoch seconds, when the create call returned), C(running_at), C(state), C(provider_status),
+      C(machine_id), C(offer), C(price_per_hour), and C(hostvars) - what the provider's inventory plugin would set
+      (C(ansible_host), C(ansible_port), C(provider_id), C(vastai_instance_id) or C(runpod_pod_id), C(price_per_hour),
+      C(provider_api_url), ...).
+  type: list
+  elements: dict
+  returned: when O(state=present)
+  sample: [{"id": "9000005", "name": "sweep-a-9000005", "created": true, "machine_id": "20002",
+            "hostvars": {"ansible_host": "203.0.113.7", "ansible_port": 41022, "vastai_instance_id": "9000005"}}]
 error_kind:
   description:
     - A stable code when the module failed, among them C(identity_mismatch), C(address_mismatch), C(instance_not_found),
       C(instance_gone), C(identity_unreadable), C(nothing_to_verify), C(instance_unhealthy), C(instance_preempted),
-      C(instance_unknown), C(action_not_available), C(not_reached) (the wait ended without the wanted state), and the API's own (C(auth),
+      C(instance_unknown), C(action_not_available), C(not_reached) (the wait ended without the wanted state), C(bad_spec),
+      C(no_offer) (no offer fits the spec), C(not_rented), and the API's own (C(auth),
       C(http), C(absent), C(unsupported), ...).
   type: str
   returned: on failure
   sample: identity_mismatch
 """
 
+import json
 import os
+import time
+import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -269,13 +395,207 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identi
     check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, STUCK, Lifecycle, make_client, make_v2_client, plan)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import (
+    lambda_host, runpod_host, vastai_host)
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import (
+    SpecError, check_spec, explain, filter_offers, labelled, lambda_launch_body, machine_id, offer_summary,
+    runpod_create_body, vast_ask_body, vast_query)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_secrets
+
+
+def api_key_of(module, provider, result):
+    key = module.params["api_key"] if module.params["api_key"] not in (None, "") else os.environ.get(
+        PROVIDERS[provider]["env_var"], "")
+    key = (key or "").strip()
+    if not key:
+        module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
+                             "api_key." % (provider, PROVIDERS[provider]["env_var"]), **result)
+    return key
+
+
+def _list_labelled(provider, client, name):
+    """Every instance of the account that carries the rent's label, not terminated (by id)."""
+    if provider == "vastai":
+        records, token, seen = [], None, set()
+        for _page in range(200):
+            query = {"select_filters": json.dumps({}), "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
+                     "limit": json.dumps(25)}
+            if token:
+                query["after_token"] = token
+            body = client.get_json("/api/v1/instances/", query)
+            if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
+                raise ProviderAPIError("vastai: /api/v1/instances/ answered no list 'instances'.", kind="malformed")
+            records.extend(body["instances"])
+            token = body.get("next_token")
+            if not token or token in seen:
+                break
+            seen.add(token)
+    elif provider == "runpod":
+        records = client.get_json("/pods")
+    else:
+        body = client.get_json("/api/v1/instances")
+        records = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(records, list):
+        raise ProviderAPIError("%s: the instance list is not a list." % provider, kind="malformed")
+    return labelled(provider, records, name)
+
+
+def _host_of(provider, record):
+    to_host = {"vastai": vastai_host, "runpod": runpod_host, "lambda": lambda_host}[provider]
+    return to_host(record)
+
+
+def _create_one(provider, client, spec, name, offer):
+    """Create one instance -> its id (vast.ai from ``offer``; RunPod and Lambda choose the machine)."""
+    if provider == "vastai":
+        answer = client.request_json("PUT", "/api/v0/asks/%s/" % urllib.parse.quote(str(offer["id"]), safe=""),
+                                     body=vast_ask_body(spec, name, offer))
+        if not isinstance(answer, dict) or answer.get("success") is False or not answer.get("new_contract"):
+            raise ProviderAPIError("vastai: offer %s was not accepted: %s" % (
+                offer["id"], " ".join(str((answer or {}).get("msg") or answer).split())[:300]), kind="refused")
+        return str(answer["new_contract"])
+    if provider == "runpod":
+        answer = client.request_json("POST", "/pods", body=runpod_create_body(spec, name))
+        if not isinstance(answer, dict) or not answer.get("id"):
+            raise ProviderAPIError("runpod: POST /pods answered no pod id.", kind="malformed")
+        return str(answer["id"])
+    answer = client.request_json("POST", "/api/v1/instance-operations/launch", body=lambda_launch_body(spec, name))
+    ids = ((answer or {}).get("data") or {}).get("instance_ids") if isinstance(answer, dict) else None
+    if not isinstance(ids, list) or not ids:
+        raise ProviderAPIError("lambda: launch answered no instance_ids.", kind="malformed")
+    return str(ids[0])
+
+
+def _search(client, spec, exclude):
+    """vast.ai offers for ``spec`` -> (kept, excluded, seen)."""
+    answer = client.request_json("POST", "/api/v0/bundles/", body=vast_query(spec))
+    offers = answer.get("offers") if isinstance(answer, dict) else None
+    if not isinstance(offers, list):
+        raise ProviderAPIError("vastai: the offer search answered no list 'offers'.", kind="malformed")
+    kept, excluded = filter_offers(offers, spec, exclude)
+    return kept, excluded, len(offers)
+
+
+def present(module, result):
+    """state=present: the instances labelled ``name``, ``count`` of them, created through the API where missing,
+    each waited for until it runs with an SSH address."""
+    params = module.params
+    provider, name = params["provider"], str(params["name"] or "").strip()
+    if provider == "autodl":
+        module.fail_json(msg="autodl: state=present is not supported (AutoDL Pro's create is not part of this "
+                             "module); rent in AutoDL's console.", error_kind="unsupported", **result)
+    if not name:
+        module.fail_json(msg="%s: state=present needs name: the rent's name, set as every instance's label (vast.ai "
+                             "label, RunPod and Lambda name) so that a second run finds them." % provider,
+                         error_kind="bad_spec", **result)
+    try:
+        spec = check_spec(provider, params["spec"])
+    except SpecError as err:
+        module.fail_json(msg=str(err), error_kind="bad_spec", **result)
+    count = params["count"]
+    if count < 0:
+        module.fail_json(msg="%s: count must be 0 or more, not %d." % (provider, count), error_kind="bad_spec",
+                         **result)
+    exclude = [str(m) for m in params["exclude_machines"] or []]
+    key = api_key_of(module, provider, result)
+    client = make_client(provider, key, params["api_url"], retry_budget=params["retry_budget"])
+    once = make_client(provider, key, params["api_url"], retry_budget=0)  # a create is never sent twice
+    v2 = make_v2_client(key, params["api_url"], retry_budget=params["retry_budget"]) if provider == "runpod" else None
+    existing = _list_labelled(provider, client, name)
+    need = max(0, count - len(existing))
+    result.update(name=name, count=count, existing=[str(r.get("id")) for r in existing], created=[], offers=[],
+                  excluded={}, instances=[])
+    ids = [str(r.get("id")) for r in existing]
+    created_at = {}
+    offers_of = {}
+    if need and provider == "vastai":
+        kept, excluded, seen = _search(client, spec, exclude)
+        result["excluded"] = excluded
+        result["offers"] = [offer_summary(o) for o in kept[:need]]
+        if len(kept) < need:
+            module.fail_json(msg="vastai: %d instance(s) to create, %d offer(s) fit the spec: %s Nothing was rented."
+                                 % (need, len(kept), explain(spec, excluded, seen)), error_kind="no_offer", **result)
+        if module.check_mode:
+            result["changed"] = True
+            return result
+        tried = []
+        for offer in kept:
+            if len(result["created"]) >= need:
+                break
+            try:
+                pid = _create_one(provider, once, spec, name, offer)
+            except ProviderAPIError as err:
+                if err.kind == "auth":
+                    raise
+                tried.append("%s: %s" % (offer["id"], err))
+                module.warn("vastai: offer %s could not be rented (%s); trying the next offer." % (offer["id"], err))
+                continue
+            created_at[pid] = time.time()
+            offers_of[pid] = offer_summary(offer)
+            result["created"].append(pid)
+            result["changed"] = True
+            ids.append(pid)
+        if len(result["created"]) < need:
+            module.fail_json(msg="vastai: only %d of %d instance(s) could be rented: %s"
+                                 % (len(result["created"]), need, "; ".join(tried)[:1200]),
+                             error_kind="not_rented", **result)
+    elif need:
+        result["offers"] = [{"id": None, "machine_id": None, "gpu_name": ", ".join(spec["gpu"] or
+                                                                                  [spec.get("instance_type") or ""]),
+                             "num_gpus": spec["gpu_count"], "price_per_hour": None}] * need
+        if module.check_mode:
+            result["changed"] = True
+            return result
+        for _i in range(need):
+            pid = _create_one(provider, once, spec, name, None)
+            created_at[pid] = time.time()
+            result["created"].append(pid)
+            result["changed"] = True
+            ids.append(pid)
+    if module.check_mode:
+        return result
+    life = Lifecycle(provider, client, v2_client=v2)
+    interval = max(0.05, float(params["poll_interval"]))
+    for pid in ids:
+        if params["wait"]:
+            reached, current, raw = life.wait_for(pid, "running", params["timeout"], interval)
+        else:
+            current, raw = life.read(pid)
+            reached = current == "running"
+        host = _host_of(provider, life.record) if isinstance(life.record, dict) else None
+        while params["wait"] and reached and host is not None and not host["address"]:
+            # running, but no SSH address yet: the state table calls it starting; wait for the address
+            if time.time() > created_at.get(pid, time.time()) + params["timeout"]:
+                break
+            time.sleep(interval)
+            current, raw = life.read(pid)
+            host = _host_of(provider, life.record) if isinstance(life.record, dict) else None
+        entry = {"id": pid, "created": pid in created_at, "created_at": created_at.get(pid),
+                 "running_at": time.time(), "provider_status": raw, "state": current,
+                 "machine_id": machine_id(provider, life.record), "offer": offers_of.get(pid),
+                 "name": None, "hostvars": None}
+        if host is not None:
+            hostvars = dict(host["hostvars"], provider_api_url=params["api_url"] or PROVIDERS[provider]["url"])
+            if host["address"]:
+                hostvars.update(ansible_host=host["address"], ansible_port=host["port"])
+            entry.update(name="%s-%s" % (name, pid), hostvars=hostvars,
+                         price_per_hour=hostvars.get("price_per_hour"))
+        result["instances"].append(entry)
+        if params["wait"] and not (host and host["address"]):
+            what = (life.state or {}).get("message") or ""
+            module.fail_json(msg="%s: instance %s (rent %s) did not come up with an SSH address: the provider "
+                                 "reports %s (%s).%s It is still billing: destroy it (state=absent, id=%s) or wait."
+                                 % (provider, pid, name, current, raw, (" " + what) if what else "", pid),
+                             error_kind="not_reached", **result)
+    return result
 
 
 def run(module, result):
     params = module.params
     provider, pid, state = params["provider"], str(params["id"] or "").strip(), params["state"]
     env_var = PROVIDERS[provider]["env_var"]
+    if state == "present":
+        return present(module, result)
     if not pid:
         module.fail_json(msg="%s: id is empty; give the provider's id of the instance (provider_id)." % provider,
                          **result)
@@ -344,8 +664,12 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             provider=dict(type="str", required=True, choices=sorted(PROVIDERS)),
-            id=dict(type="str", required=True),
-            state=dict(type="str", required=True, choices=["running", "stopped", "absent", "restarted"]),
+            id=dict(type="str"),
+            state=dict(type="str", required=True, choices=["running", "stopped", "absent", "restarted", "present"]),
+            name=dict(type="str"),
+            count=dict(type="int", default=1),
+            spec=dict(type="dict"),
+            exclude_machines=dict(type="list", elements="str", default=[]),
             api_key=dict(type="str", no_log=True),
             api_url=dict(type="str"),
             wait=dict(type="bool", default=True),
@@ -358,6 +682,8 @@ def main():
             expect_port=dict(type="int", default=22),
             host=dict(type="str"),
         ),
+        required_if=[("state", "running", ["id"]), ("state", "stopped", ["id"]), ("state", "absent", ["id"]),
+                     ("state", "restarted", ["id"]), ("state", "present", ["name", "spec"])],
         supports_check_mode=True,
     )
     secret = module.params["api_key"] or os.environ.get(PROVIDERS[module.params["provider"]]["env_var"])

@@ -11,7 +11,7 @@ import time
 
 from . import gpu, instance, power, proxy
 from . import state as st
-from .inventory import MAX_SIZE, VARIANTS, inventory, layout, write_inventory
+from .inventory import MAX_SIZE, VARIANTS, host_name, inventory, layout, write_inventory
 
 USAGE_ROOT = ("fleet {cmd}: needs root (it mounts filesystems and creates namespaces); "
               "run it as root, e.g. `sudo tests/lab/fleet {cmd}`")
@@ -172,6 +172,114 @@ def _up(state: str, record: dict, insts: list, args) -> str:
     return inv_path
 
 
+def _write_inventory(state: str, record: dict, key: str, known_hosts: str) -> str:
+    live = [i for i in record["instances"] if not i.get("removed")]
+    _write_ssh_config(state, live, key, known_hosts)
+    inv_path = os.path.join(state, "inventory.yml")
+    write_inventory(inv_path, inventory(state, live, key, known_hosts),
+                    "Lab fleet inventory, written by `tests/lab/fleet up`, then add/remove.")
+    return inv_path
+
+
+def cmd_add(args) -> int:
+    """Start one more instance in a fleet that is up (a provider's create verb, played by the fake API)."""
+    if not is_root():
+        print(USAGE_ROOT.format(cmd="add"), file=sys.stderr)
+        return 2
+    state = st.state_dir()
+    record = st.load(state)
+    if not record or record.get("status") != "up":
+        print(f"fleet add: no fleet is up in {state}; run `tests/lab/fleet up` first", file=sys.stderr)
+        return 1
+    taken = {i["index"] for i in record["instances"]}
+    index = args.index or max(taken | {0}) + 1
+    if index in taken:
+        print(f"fleet add: index {index} is taken ({host_name(index)})", file=sys.stderr)
+        return 1
+    name = host_name(index)
+    try:
+        inst = layout(index, {name: args.platform}, {}, {name: args.scenario} if args.scenario else {}, {})[-1]
+    except ValueError as exc:
+        print(f"fleet add: {exc}", file=sys.stderr)
+        return 2
+    if not os.path.isdir(instance.scenario_dir(inst["scenario"])):
+        print(f"fleet add: no GPU scenario {inst['scenario']!r} under tests/lab/gpu/scenarios", file=sys.stderr)
+        return 2
+    if inst["durable_dir"]:
+        print(f"fleet add: platform {args.platform} has a durable FS per region; add supports the platforms "
+              "without one (runpod, vastai, generic_ssh)", file=sys.stderr)
+        return 2
+    key = instance.client_key(state)
+    with open(key + ".pub") as fh:
+        client_pub = fh.read()
+    if not st.address_is_local(inst["addr"]):
+        record["addresses"].append(inst["addr"])
+        st.save(state, record)
+        subprocess.run(["ip", "addr", "add", f"{inst['addr']}/32", "dev", "lo"], check=True)
+    hd = st.host_dir(state, name)
+    shutil.rmtree(hd, ignore_errors=True)
+    os.makedirs(hd, exist_ok=True)
+    job = instance.keygen(os.path.join(hd, "ssh_host_ed25519_key"), name)
+    if job.wait() != 0:
+        print(f"fleet add: ssh-keygen for {name}: {job.stderr.read().decode()}", file=sys.stderr)
+        return 1
+    with open(os.path.join(hd, "ssh_host_ed25519_key.pub")) as fh:
+        pub = " ".join(fh.read().split()[:2])
+    known_hosts = os.path.join(state, "known_hosts")
+    with open(known_hosts, "a") as fh:
+        fh.write(f"{inst['addr']},{name} {pub}\n")
+    opts = {"data_size": os.environ.get("LAB_DATA_SIZE", "64m"),
+            "data_inodes": int(os.environ.get("LAB_DATA_INODES", "2000")),
+            "slow_seconds": float(os.environ.get("LAB_SLOW_SECONDS", "2"))}
+    instance.prepare(state, inst, opts, (record.get("proxy") or {}).get("port"), client_pub)
+    entry = dict(inst)
+    record["instances"].append(entry)
+    proc = instance.spawn(state, inst)
+    entry["unshare"] = st.proc_entry(proc.pid)
+    st.save(state, record)
+    pid = instance.init_pid(proc.pid)
+    if pid:
+        entry["init"] = st.proc_entry(pid)
+    st.save(state, record)
+    try:
+        instance.wait_ready({name: (inst["addr"], proc)}, float(os.environ.get("LAB_UP_TIMEOUT", "30")))
+    except RuntimeError as exc:
+        print(f"fleet add: {exc}", file=sys.stderr)
+        return 1
+    _write_inventory(state, record, key, known_hosts)
+    print(json.dumps({"name": name, "index": index, "addr": inst["addr"], "port": 22, "platform": inst["platform"],
+                      "scenario": inst["scenario"]}), flush=True)
+    return 0
+
+
+def cmd_remove(args) -> int:
+    """Stop one instance (a provider's destroy verb): its processes end, its address stops answering."""
+    if not is_root():
+        print(USAGE_ROOT.format(cmd="remove"), file=sys.stderr)
+        return 2
+    state = st.state_dir()
+    record = st.load(state) or {}
+    for entry in record.get("instances", []):
+        if entry["name"] == args.host and not entry.get("removed"):
+            break
+    else:
+        print(f"fleet remove: no instance {args.host} in {state}/fleet.json", file=sys.stderr)
+        return 1
+    procs = [entry[k] for k in ("init", "unshare") if entry.get(k)]
+    for proc in procs:
+        st.kill(proc)
+    left = st.wait_gone(procs, 10.0)
+    if left:
+        print(f"fleet remove: processes {[p['pid'] for p in left]} did not exit", file=sys.stderr)
+        return 1
+    entry["removed"] = True
+    entry["removed_at"] = time.time()
+    st.save(state, record)
+    _write_inventory(state, record, instance.client_key(state), os.path.join(state, "known_hosts"))
+    _say(f"{args.host}: removed")
+    return 0
+
+
 def _write_ssh_config(state: str, insts: list, key: str, known_hosts: str) -> None:
     lines = ["# ssh -F this-file lab-01 ...   (written by tests/lab/fleet up)"]
     for inst in insts:
@@ -288,6 +396,15 @@ def main(argv=None) -> int:
     ga.add_argument("--clear", action="store_true", help="empty the instance's apps file")
     ga.add_argument("--pid-mode", choices=["host", ""], help="'host': the emulator prints host PIDs; '': default")
     ga.set_defaults(func=cmd_gpu_app)
+    add = sub.add_parser("add", help="start one more instance in a running fleet (prints its name and address as "
+                                     "JSON)")
+    add.add_argument("--platform", default="generic_ssh", help="platform group (runpod, vastai, generic_ssh)")
+    add.add_argument("--scenario", help="GPU scenario (tests/lab/gpu/scenarios)")
+    add.add_argument("--index", type=int, help="the instance's index (lab-NN, its address); default: the next free")
+    add.set_defaults(func=cmd_add)
+    rm = sub.add_parser("remove", help="stop one instance (its address stops answering)")
+    rm.add_argument("host")
+    rm.set_defaults(func=cmd_remove)
     for verb, text in (("reboot", "kill every process of the instance but sshd, as a platform restart (keeps the "
                                   "disks; runs /root/onstart.sh on vastai)"),
                        ("vanish", "make the instance stop answering SSH (its jobs keep running)"),

@@ -27,6 +27,11 @@ to the queue), ``POST /_fake/instances`` (a JSON list that replaces the records)
 
 In a test: ``fake = FakeAPI("vastai", "key", records_for("vastai", pairs)).start()``, ``fake.url``, ``fake.stop()``.
 By hand: ``python3 fake_api.py vastai --key K --hosts 127.0.10.2:22,127.0.10.3:22`` (prints the URL).
+
+Create verbs (vast.ai ``POST /api/v0/bundles/`` offers and ``PUT /api/v0/asks/{id}/``, RunPod ``POST /v1/pods``, Lambda
+``POST /api/v1/instance-operations/launch``): with a ``LabProvisioner`` (``--scenarios`` and ``--lab-state`` on the
+command line), a create starts a lab instance (``tests/lab/fleet add``) with the GPU scenario of the offer (vast.ai)
+or the next one of the list, after ``--provision-delay`` seconds; a destroy stops it (``fleet remove``).
 """
 
 from __future__ import annotations
@@ -268,6 +273,93 @@ def autodl_instance(index, host, port, status="running", gpu_spec="v-48g", gpu="
     }
 
 
+def vastai_offer(index, scenario, gpu="H100_SXM", count=None, price=None, geo="Norway, NO", reliability=0.995,
+                 direct_ports=64, gpu_ram=81559):
+    """One offer of vast.ai ``POST /api/v0/bundles/`` (the fields of the document's example answer), on machine
+    ``20000 + index``; ``_scenario`` is the lab GPU scenario its box gets when the offer is rented. ``count``
+    defaults to the scenario capture's GPU count."""
+    if count is None:
+        count = scenario_gpus(scenario)
+    price = round(2.0 + 0.1 * index, 4) if price is None else price
+    return {
+        "id": 7100000 + index, "ask_contract_id": 7100000 + index, "bundle_id": 880000 + index,
+        "machine_id": 20000 + index, "host_id": 300 + index, "gpu_name": gpu, "num_gpus": count,
+        "gpu_ram": gpu_ram, "gpu_total_ram": gpu_ram * count, "dph_total": price, "dph_base": round(price * 0.9, 4),
+        "min_bid": round(price * 0.5, 4), "is_bid": False, "reliability": reliability, "reliability2": reliability,
+        "direct_port_count": direct_ports, "geolocation": geo, "rentable": True, "rented": False,
+        "verification": "verified", "cuda_max_good": 12.4, "driver_version": "535.161.08", "disk_space": 500.0,
+        "inet_up": 800.0, "inet_down": 900.0, "public_ipaddr": "203.0.113.%d" % (index % 250 + 1),
+        "_scenario": scenario,
+    }
+
+
+def scenario_gpus(scenario):
+    """The GPU count of a lab scenario's capture (tests/lab/fleetlib/instance.py ``gpu_count``)."""
+    lab = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if lab not in sys.path:
+        sys.path.insert(0, lab)
+    from fleetlib.instance import gpu_count  # pylint: disable=import-outside-toplevel
+    return gpu_count(scenario)
+
+
+class LabProvisioner:
+    """The fake's create and destroy verbs, played on the lab fleet: a create starts a lab instance (``tests/lab/fleet
+    add``) with the offer's GPU scenario (vast.ai), or the next one of ``scenarios`` (RunPod, Lambda), after ``delay``
+    seconds of provisioning; the record runs, with the instance's SSH address, once it answers. A destroy stops it
+    (``fleet remove``). Instance ``index`` gets the lab's address and platform id of that index (vast.ai id
+    ``9000000 + index``, RunPod ``fakepod<index>``), so the box's own id matches the record."""
+
+    def __init__(self, state_dir, scenarios=(), delay=1.0, first_index=2, fleet=None):
+        self.state_dir = str(state_dir)
+        self.scenarios = list(scenarios)
+        self.delay = float(delay)
+        self.next_index = int(first_index)
+        self.fleet = fleet or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fleet")
+        self.lock = threading.Lock()
+        self.events = []  # (time, verb, index, detail)
+        self.errors = []
+
+    def take_index(self):
+        with self.lock:
+            index = self.next_index
+            self.next_index += 1
+            return index
+
+    def next_scenario(self):
+        with self.lock:
+            if not self.scenarios:
+                raise LookupError("the fake has no GPU scenario left to provision (--scenarios)")
+            return self.scenarios.pop(0)
+
+    def _fleet(self, *args):
+        import subprocess  # pylint: disable=import-outside-toplevel
+        env = dict(os.environ, LAB_STATE_DIR=self.state_dir)
+        with self.lock:  # one fleet change at a time (fleet.json)
+            return subprocess.run([self.fleet] + list(args), env=env, capture_output=True, text=True, timeout=120,
+                                  check=False)
+
+    def create(self, fake, record, platform, scenario, index, ready):
+        """Provision in the background; ``ready(record, addr, port)`` runs under the fake's lock once it answers."""
+        def work():
+            time.sleep(self.delay)
+            proc = self._fleet("add", "--platform", platform, "--scenario", scenario, "--index", str(index))
+            if proc.returncode != 0:
+                self.errors.append("fleet add %s: %s" % (index, proc.stderr.strip()[-500:]))
+                return
+            info = json.loads(proc.stdout.strip().splitlines()[-1])
+            with fake.lock:
+                ready(record, info["addr"], int(info["port"]))
+            self.events.append((time.time(), "ready", index, scenario))
+        self.events.append((time.time(), "create", index, scenario))
+        threading.Thread(target=work, daemon=True).start()
+
+    def destroy(self, index):
+        proc = self._fleet("remove", "lab-%02d" % index)
+        self.events.append((time.time(), "destroy", index, proc.returncode))
+        if proc.returncode != 0:
+            self.errors.append("fleet remove %s: %s" % (index, proc.stderr.strip()[-500:]))
+
+
 def meter_log_hook(meter_logs):
     """An ``on_lifecycle`` hook: ``meter_logs`` maps an instance id to (lab host, its meter log); a verb appends one
     JSON line there, as the lab's meter-stop stand-ins do (tests/lab/fleetlib/instance.py ``_stand_in``)."""
@@ -309,12 +401,15 @@ def _public(record):
 # --- the server -----------------------------------------------------------------------------------------------
 
 class FakeAPI:
-    def __init__(self, provider, api_key, records=(), host="127.0.0.1", port=0, validate=True):
+    def __init__(self, provider, api_key, records=(), host="127.0.0.1", port=0, validate=True, offers=(),
+                 provisioner=None):
         if provider not in PROVIDERS:
             raise ValueError("provider must be one of %s" % ", ".join(PROVIDERS))
         self.provider = provider
         self.api_key = api_key
         self.records = list(records)
+        self.offers = list(offers)       # vast.ai: what POST /api/v0/bundles/ serves (an offer taken is not served)
+        self.provisioner = provisioner   # LabProvisioner: a create starts a lab instance, a destroy stops it
         self.faults = []
         self.log = []
         self.on_lifecycle = None
@@ -385,6 +480,11 @@ class FakeAPI:
         return None
 
     def lifecycle(self, record, verb):
+        if verb == "terminate" and self.provisioner is not None and record.get("_lab_index"):
+            self.provisioner.destroy(record["_lab_index"])
+            for offer in self.offers:  # the machine is free again: its offer is served again
+                if offer["id"] == record.get("_offer"):
+                    offer.pop("_taken", None)
         hook = self.on_lifecycle
         if hook is None:
             return
@@ -417,6 +517,8 @@ class FakeAPI:
             return self._answer_runpod_v2(path, method, body)
         if path == "/v1/pods" and method == "GET":
             return 200, [_public(r) for r in self.records]
+        if path == "/v1/pods" and method == "POST":
+            return self._runpod_create(body)
         parts = path.split("/")  # ['', 'v1', 'pods', id, verb?]
         if len(parts) not in (4, 5) or parts[:3] != ["", "v1", "pods"]:
             return 404, {"error": "not found"}
@@ -433,6 +535,32 @@ class FakeAPI:
             self._runpod_verb(record, verb)
             return 200, _public(record)
         return 404, {"error": "not found"}
+
+    def _provision(self, record, platform, scenario, index, address):
+        """Start the lab instance of a created record (when a provisioner is set), else run it at once."""
+        record["_lab_index"] = index
+        if self.provisioner is None:
+            address(record, "127.0.0.1", 22)
+            return
+        self.provisioner.create(self, record, platform, scenario, index, address)
+
+    def _runpod_create(self, body):
+        """POST /v1/pods (PodCreateInput): a pod, starting until its lab instance answers."""
+        if not body.get("imageName") or not isinstance(body.get("gpuTypeIds"), list) or not body["gpuTypeIds"]:
+            return 400, {"error": "imageName and gpuTypeIds are required"}
+        index = self.provisioner.take_index() if self.provisioner else len(self.records) + 1
+        scenario = self.provisioner.next_scenario() if self.provisioner else None
+        record = runpod_pod(index, None, None, name=body.get("name") or "", gpu=body["gpuTypeIds"][0],
+                            count=int(body.get("gpuCount") or 1), interruptible=bool(body.get("interruptible")),
+                            ready=False, ports=tuple(body.get("ports") or ("22/tcp",)))
+        record["image"] = body["imageName"]
+        record["env"] = {k: v for k, v in (body.get("env") or {}).items() if k != "PUBLIC_KEY"}
+
+        def address(rec, host, port):
+            rec["publicIp"], rec["portMappings"], rec["_observed"] = host, {"22": port}, "RUNNING"
+        self.records.append(record)
+        self._provision(record, "runpod", scenario, index, address)
+        return 201, _public(record)
 
     def _answer_runpod_v2(self, path, method, body):
         def problem(status, title):
@@ -460,7 +588,49 @@ class FakeAPI:
             return (204, None) if action == "terminate" else (200, runpod_v2(record))
         return problem(404, "Not Found")
 
+    def _vast_bundles(self, body):
+        """POST /api/v0/bundles/: the offers not taken, filtered on gpu_name (eq, in) and num_gpus (eq, gte)."""
+        def fits(offer, field):
+            cond = body.get(field)
+            if not isinstance(cond, dict):
+                return True
+            value = offer.get(field)
+            return all({"eq": lambda v, c: v == c, "in": lambda v, c: v in c, "gte": lambda v, c: v >= c,
+                        "lte": lambda v, c: v <= c}.get(op, lambda v, c: True)(value, arg) for op, arg in cond.items())
+        offers = [_public(o) for o in self.offers if not o.get("_taken") and fits(o, "gpu_name")
+                  and fits(o, "num_gpus")]
+        return 200, {"offers": offers}
+
+    def _vast_ask(self, offer_id, body):
+        """PUT /api/v0/asks/{id}/: accept an offer -> a new instance (contract), loading until its box answers."""
+        offer = next((o for o in self.offers if str(o["id"]) == str(offer_id)), None)
+        if offer is None or offer.get("_taken"):
+            return 404, {"success": False, "error": "invalid_args",
+                         "msg": "error 404/3603: no_such_ask Instance type by id %s is not available." % offer_id}
+        if not body.get("image"):
+            return 400, {"success": False, "error": "invalid_args", "msg": "image is required"}
+        index = self.provisioner.take_index() if self.provisioner else len(self.records) + 1
+        record = vastai_instance(index, None, None, status="loading", label=body.get("label") or "",
+                                 gpu=offer["gpu_name"], count=offer["num_gpus"], price=offer["dph_total"],
+                                 geo=offer["geolocation"], bid="price" in body, intended="running")
+        record.update(machine_id=offer["machine_id"], host_id=offer["host_id"], image_uuid=body["image"],
+                      onstart=body.get("onstart") or "", extra_env=[], ports={}, public_ipaddr="",
+                      image_runtype=body.get("runtype") or "ssh", _offer=offer["id"])
+        record["actual_status"] = None  # vast: null while the instance is provisioned
+        offer["_taken"] = True
+
+        def address(rec, host, port):
+            rec.update(actual_status="running", cur_state="running", public_ipaddr=host,
+                       ports={"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]})
+        self.records.append(record)
+        self._provision(record, "vastai", offer.get("_scenario"), index, address)
+        return 200, {"success": True, "new_contract": record["id"]}
+
     def _answer_vastai(self, path, query, method, body):
+        if path == "/api/v0/bundles" and method == "POST":
+            return self._vast_bundles(body)
+        if path.startswith("/api/v0/asks/") and method == "PUT":
+            return self._vast_ask(path.rsplit("/", 1)[1], body)
         parts = path.split("/")  # ['', 'api', 'v0', 'instances', id]
         if len(parts) == 5 and parts[:4] == ["", "api", "v0", "instances"]:
             record = self.find(parts[4])
@@ -526,6 +696,21 @@ class FakeAPI:
                                        "message": "Specified instance does not exist."}}
             return 200, {"data": self._lambda_read(record)}
         verb = path.rsplit("/", 1)[1] if path.startswith("/api/v1/instance-operations/") else None
+        if verb == "launch" and method == "POST":
+            if not body.get("region_name") or not body.get("instance_type_name") or not body.get("ssh_key_names"):
+                return 400, {"error": {"code": "global/invalid-parameters",
+                                       "message": "region_name, instance_type_name and ssh_key_names are required"}}
+            index = self.provisioner.take_index() if self.provisioner else len(self.records) + 1
+            scenario = self.provisioner.next_scenario() if self.provisioner else None
+            record = lambda_instance(index, None, status="booting", name=body.get("name"),
+                                     itype=body["instance_type_name"], region=body["region_name"],
+                                     filesystem=(body.get("file_system_names") or [None])[0])
+
+            def address(rec, host, _port):
+                rec.update(ip=host, status="active")
+            self.records.append(record)
+            self._provision(record, "lambda", scenario, index, address)
+            return 200, {"data": {"instance_ids": [record["id"]]}}
         if verb in ("terminate", "restart") and method == "POST":
             ids = body.get("instance_ids")
             if not isinstance(ids, list) or not ids:
@@ -712,14 +897,31 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--hosts", default="", help="host:port,... that the instances' SSH addresses point to")
     parser.add_argument("--count", type=int, default=0, help="that many more instances at 127.0.0.1:22")
+    parser.add_argument("--scenarios", default="",
+                        help="GPU scenarios, comma-separated (e.g. 8xh100-hwslowdown,h100-idle,h100-idle): vast.ai "
+                             "serves one offer per scenario (machine 20000 + its position); a create starts a lab "
+                             "instance with the offer's scenario (RunPod, Lambda: the next one of the list)")
+    parser.add_argument("--lab-state", default=os.environ.get("LAB_STATE_DIR", ""),
+                        help="the state directory of the running lab fleet that creates add to (LAB_STATE_DIR)")
+    parser.add_argument("--provision-delay", type=float, default=1.0, help="seconds before a created box starts")
+    parser.add_argument("--first-index", type=int, default=10, help="the lab index (lab-NN) of the first created box")
     args = parser.parse_args()
     pairs = parse_hosts(args.hosts) + [("127.0.0.1", 22)] * args.count
+    scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
+    extra = {}
+    if scenarios:
+        if not args.lab_state:
+            parser.error("--scenarios needs the lab fleet's state directory (--lab-state or LAB_STATE_DIR)")
+        extra["offers"] = [vastai_offer(i + 1, name) for i, name in enumerate(scenarios)] \
+            if args.provider == "vastai" else []
+        extra["provisioner"] = LabProvisioner(args.lab_state, scenarios=scenarios, delay=args.provision_delay,
+                                              first_index=args.first_index)
     try:
-        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port)
+        fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port, **extra)
     except RuntimeError as err:  # no jsonschema in this interpreter: serve, unchecked, and say so
         print(err, file=sys.stderr)
         fake = FakeAPI(args.provider, args.key, records_for(args.provider, pairs), args.listen, args.port,
-                       validate=False)
+                       validate=False, **extra)
     print(fake.url, flush=True)
     try:
         fake.server.serve_forever()

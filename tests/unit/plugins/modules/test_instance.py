@@ -319,3 +319,91 @@ def test_autodl_stopped_counts_as_off_so_a_release_goes_ahead(module_runner, ser
     failed, result = module_runner(instance, args(fake, "absent"))
     assert not failed and result["changed"] and result["previous"] == "stopped", result
     assert verbs(fake) == [("POST", "/api/v1/dev/instance/pro/release")]
+
+
+# --- state=present: rent through the API (the fake runs a created instance at once without a lab provisioner) ---
+
+VAST_SPEC = {"gpu": "H100_SXM", "gpu_count": 1, "max_price": 2.5, "image": "pytorch/pytorch:latest", "disk_gb": 64}
+
+
+def rent_args(fake, **kw):
+    base = {"provider": fake.provider, "state": "present", "name": "sweep-a", "count": 2, "api_key": KEY,
+            "api_url": fake.url, "poll_interval": 0.05, "timeout": 5, "retry_budget": 2}
+    base.update(kw)
+    return base
+
+
+def vast_offers():
+    return [fake_api.vastai_offer(i, "h100-idle", price=p) for i, p in ((1, 2.3), (2, 2.1), (3, 2.9), (4, 2.2))]
+
+
+def test_present_rents_the_cheapest_fitting_offers_and_a_second_run_creates_nothing(module_runner):
+    fake = fake_api.FakeAPI("vastai", KEY, offers=vast_offers()).start()
+    try:
+        failed, result = module_runner(instance, rent_args(fake, spec=VAST_SPEC, exclude_machines=["20004"]))
+        assert not failed and result["changed"], result
+        asks = [(r["path"], r["body"]) for r in fake.api_requests() if r["method"] == "PUT"]
+        assert [p for p, _b in asks] == ["/api/v0/asks/7100002/", "/api/v0/asks/7100001/"]  # cheapest first, not 4
+        assert asks[0][1] == {"image": "pytorch/pytorch:latest", "label": "sweep-a", "runtype": "ssh",
+                              "target_state": "running", "disk": 64.0}
+        assert [o["id"] for o in result["excluded"]["max_price"]] == [7100003]
+        assert [o["id"] for o in result["excluded"]["bad_machine"]] == [7100004]
+        assert [i["machine_id"] for i in result["instances"]] == ["20002", "20001"]
+        hv = result["instances"][0]["hostvars"]
+        assert (hv["ansible_host"], hv["ansible_port"], hv["vastai_instance_id"]) == ("127.0.0.1", 22,
+                                                                                      result["created"][0])
+        assert hv["provider_api_url"] == fake.url and KEY not in json.dumps(result)
+        before = len(fake.api_requests())
+        failed, again = module_runner(instance, rent_args(fake, spec=VAST_SPEC))
+        assert not failed and again["changed"] is False and again["created"] == [], again
+        assert sorted(again["existing"]) == sorted(result["created"])
+        assert [r["method"] for r in fake.api_requests()[before:] if r["method"] != "GET"] == []
+    finally:
+        fake.stop()
+
+
+def test_present_in_check_mode_and_under_a_price_cap_creates_nothing(module_runner):
+    fake = fake_api.FakeAPI("vastai", KEY, offers=vast_offers()).start()
+    try:
+        failed, result = module_runner(instance, dict(rent_args(fake, spec=VAST_SPEC), _ansible_check_mode=True))
+        assert not failed and result["changed"] and [o["id"] for o in result["offers"]] == [7100002, 7100004]
+        failed, capped = module_runner(instance, rent_args(fake, spec=dict(VAST_SPEC, max_price=0.5)))
+        assert failed and capped["error_kind"] == "no_offer", capped
+        assert "max_price 0.5 $/h excluded 4 offer(s)" in capped["msg"] and "Nothing was rented" in capped["msg"]
+        assert [r["method"] for r in fake.api_requests()] == ["GET", "POST", "GET", "POST"]  # list, search; no ask
+    finally:
+        fake.stop()
+
+
+def test_present_on_runpod_posts_a_pod_and_on_lambda_launches(module_runner):
+    pods = fake_api.FakeAPI("runpod", KEY).start()
+    lam = fake_api.FakeAPI("lambda", KEY).start()
+    try:
+        failed, result = module_runner(instance, rent_args(pods, count=1, spec={
+            "gpu": "NVIDIA H100 80GB HBM3", "image": "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+            "disk_gb": 50, "public_key": "ssh-ed25519 AAAA me"}))
+        assert not failed and result["created"] == ["fakepod0001"], result
+        (post,) = [r for r in pods.api_requests() if r["method"] == "POST"]
+        assert post["path"] == "/v1/pods" and post["body"]["ports"] == ["22/tcp"] and post["body"]["name"] == "sweep-a"
+        assert result["instances"][0]["hostvars"]["runpod_pod_id"] == "fakepod0001"
+        failed, result = module_runner(instance, rent_args(lam, count=1, spec={
+            "instance_type": "gpu_1x_h100_pcie", "regions": "us-east-1", "ssh_key_names": "laptop"}))
+        assert not failed and len(result["created"]) == 1, result
+        (post,) = [r for r in lam.api_requests() if r["method"] == "POST"]
+        assert post["path"] == "/api/v1/instance-operations/launch" and post["body"]["ssh_key_names"] == ["laptop"]
+    finally:
+        pods.stop()
+        lam.stop()
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"spec": {"gpu": "H100_SXM"}}, "spec.image is required"),
+    ({"provider": "autodl", "spec": {}}, "state=present is not supported"),
+])
+def test_present_refuses_a_spec_it_cannot_rent(module_runner, kw, words):
+    fake = fake_api.FakeAPI("vastai", KEY, offers=vast_offers()).start()
+    try:
+        failed, result = module_runner(instance, dict(rent_args(fake), **kw))
+        assert failed and words in result["msg"] and fake.api_requests() == [], result
+    finally:
+        fake.stop()

@@ -1,0 +1,183 @@
+"""The acceptance of issue 32: rent through the API, and never pay for a bad box.
+
+The vast.ai fake serves four offers on four machines whose boxes are lab instances started when an offer is rented
+(``LabProvisioner``: ``tests/lab/fleet add`` after a provisioning delay, ``fleet remove`` on destroy), with the GPU
+emulator's scenarios 8xh100-hwslowdown (the cheapest offer: throttled, preflight FAIL), then 8xh100 (PASS) thrice.
+
+- ``rent.yml -e rent_count=2`` keeps exactly two PASS boxes, gives back the throttled one (one destroy call), records
+  its machine id, and preflight and launch over the rented inventory succeed; a second run creates nothing;
+- a second rent skips the recorded bad machine's offer (check mode: creates nothing, prints the offer it would take);
+- a price cap below every offer creates nothing and names the cap;
+- the seconds the bad box was billed are in the table; the key is in no output, report or bad_machines.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from labhelpers import REPO, fake_api, needs_root, started_fleet
+from lab_teardown_support import checkpoint
+from test_launch_lab import wait_finished
+
+pytestmark = needs_root
+VENV_BIN = os.path.join(REPO, ".venv", "bin")
+KEY = "RENTLABKEY-7c1d9e-never-in-any-output"
+SCENARIOS = ["8xh100-hwslowdown", "8xh100", "8xh100", "8xh100"]
+NAME = "sweep-a"
+BAD_MACHINE = "20001"
+TRAIN_SH = r"""#!/usr/bin/env bash
+echo "epoch 1/1"
+cp ckpt/best.safetensors "$TRAINER_OUTPUT_DIR/best.safetensors"
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(lab_free, tmp_path_factory):
+    state = tmp_path_factory.mktemp("lab")
+    with started_fleet(state, "--size", "1", "--platform", "lab-01=vastai") as fleet:
+        offers = [fake_api.vastai_offer(i + 1, s) for i, s in enumerate(SCENARIOS)]
+        provisioner = fake_api.LabProvisioner(state, delay=0.5, first_index=2)
+        fake = fake_api.FakeAPI("vastai", KEY, offers=offers, provisioner=provisioner).start()
+        # RunPod chooses the machine: its fake gives each new pod the next scenario of its list
+        pods = fake_api.LabProvisioner(state, scenarios=["8xh100-hwslowdown", "8xh100"], delay=0.5, first_index=10)
+        runpod = fake_api.FakeAPI("runpod", KEY, provisioner=pods).start()
+        try:
+            yield fleet, fake, provisioner, tmp_path_factory.mktemp("laptop"), runpod
+        finally:
+            fake.stop()
+            runpod.stop()
+        assert provisioner.errors == [] and pods.errors == []
+
+
+def rent(lab, *extra, check=False, provider="vastai"):
+    fleet, fake, _prov, laptop, runpod = lab
+    if provider == "runpod":
+        fake = runpod
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
+               RUNPOD_API_KEY=KEY,
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+            os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps({
+                "rent_name": NAME, "rent_provider": provider, "rent_api_url": fake.url, "rent_count": 2,
+                "rent_gpu": "H100_SXM", "rent_gpu_count": 8, "rent_max_price": 5, "rent_image": "pytorch/pytorch:latest",
+                "rent_disk_gb": 64, "rent_max_tries": 3, "rent_poll_interval": 0.2, "preflight_sample_seconds": 1,
+                "rent_inventory_dir": str(laptop / "inventories" / "rented")})]
+    argv += list(extra) + (["--check"] if check else [])
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(laptop), timeout=600,
+                          stdin=subprocess.DEVNULL, check=False)
+    return proc, proc.stdout + proc.stderr
+
+
+def calls(fake, method, prefix):
+    return [r for r in fake.api_requests() if r["method"] == method and r["path"].startswith(prefix)]
+
+
+def playbook(fleet, laptop, inventory, name, *args):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    return subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(inventory),
+                           os.path.join(REPO, "playbooks", name), *args], capture_output=True, text=True, env=env,
+                          cwd=str(laptop), stdin=subprocess.DEVNULL, timeout=600, check=False)
+
+
+def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
+    fleet, fake, _prov, laptop, _runpod = lab
+    proc, out = rent(lab, "-vvv")
+    assert proc.returncode == 0, out[-6000:]
+    assert len(calls(fake, "PUT", "/api/v0/asks/")) == 3
+    (destroy,) = calls(fake, "DELETE", "/api/v0/instances/")
+    assert destroy["path"].rstrip("/").endswith("/9000002")  # the box of the first, cheapest offer
+    report = json.loads((laptop / "reports" / ("rent-%s.json" % NAME)).read_text())
+    rows = {row["host"]: row for row in report["boxes"]}
+    kept = sorted(h for h, r in rows.items() if r["outcome"] == "kept")
+    assert kept == ["%s-9000003" % NAME, "%s-9000004" % NAME], rows
+    assert all(rows[h]["verdict"] == "PASS" for h in kept)
+    bad = rows["%s-9000002" % NAME]
+    assert (bad["outcome"], bad["verdict"], bad["machine_id"], bad["offer"]) == ("given back", "FAIL", BAD_MACHINE,
+                                                                               7100001)
+    assert bad["finding"].startswith("throttle_active") and bad["seconds_billed"] > 0
+    recorded = json.loads((laptop / "reports" / "bad_machines.json").read_text())
+    assert [(r["machine_id"], r["provider"], r["finding"].split(":")[0]) for r in recorded] == [
+        (BAD_MACHINE, "vastai", "throttle_active")]
+    assert recorded[0]["cost"] >= 0 and recorded[0]["seconds_billed"] == bad["seconds_billed"]
+    # the table: the bad box's seconds billed, its offer and outcome
+    line = next(ln for ln in out.splitlines() if "%s-9000002" % NAME in ln and "given back" in ln)
+    assert "7100001" in line and str(bad["seconds_billed"]) in line, line
+    for text in [out] + [p.read_text() for p in (laptop / "reports").glob("*.json")] + \
+            [p.read_text() for p in (laptop / "inventories" / "rented").glob("*.yml")]:
+        assert KEY not in text
+
+    # the rented inventory is ready for preflight and launch (with the user's SSH settings in group_vars)
+    inventory = laptop / "inventories" / "rented" / ("%s.yml" % NAME)
+    allvars = fleet.inventory["all"]["vars"]
+    (inventory.parent / "group_vars").mkdir(exist_ok=True)
+    (inventory.parent / "group_vars" / "all.yml").write_text(json.dumps({
+        "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
+        "ansible_ssh_common_args": allvars["ansible_ssh_common_args"], "preflight_check_torch": False,
+        "preflight_sample_seconds": 1}))
+    proc = playbook(fleet, laptop, inventory, "preflight.yml")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    src = laptop / "src"
+    (src / "ckpt").mkdir(parents=True)
+    (src / "train.sh").write_text(TRAIN_SH)
+    (src / "ckpt" / "best.safetensors").write_bytes(checkpoint("rent"))
+    proc = playbook(fleet, laptop, inventory, "launch.yml", "-e", "launch_src=%s" % src,
+                    "-e", "launch_command='bash train.sh'", "-e", json.dumps({"launch_min_seconds": 0}))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    with open(fleet.inventory_path, encoding="utf-8") as handle:  # fleet add wrote the rented boxes there
+        fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
+    # one item: launch gives it to one of the two rented boxes
+    (host,) = [h for h in ("lab-03", "lab-04") if fleet.ssh(h, "test -d ~/.trainer/jobs/train", check=False).returncode == 0]
+    status = wait_finished(fleet, host, "train")
+    assert status["exit_code"] == 0, (status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log").stdout)
+
+    # a second run creates nothing
+    before = len(fake.api_requests())
+    proc, out = rent(lab)
+    assert proc.returncode == 0, out[-4000:]
+    assert [r["method"] for r in fake.api_requests()[before:] if r["method"] != "GET"] == [], out[-3000:]
+
+
+def test_a_later_rent_skips_the_bad_machine_and_check_mode_creates_nothing(lab):
+    _fleet, fake, _prov, laptop, _runpod = lab
+    assert (laptop / "reports" / "bad_machines.json").exists(), "the first rent recorded no bad machine"
+    before = len(fake.api_requests())
+    proc, out = rent(lab, "-e", "rent_name=sweep-b", "-e", "rent_count=1", check=True)
+    assert proc.returncode == 0, out[-4000:]
+    lines = [ln.strip(" -'\"") for ln in out.splitlines()]
+    offered = [ln.split()[0] for ln in lines if "H100_SXM" in ln]
+    assert offered == ["7100004"], out[-3000:]  # the free offer; never the bad machine's 7100001
+    assert "excluded by bad_machine: 7100001" in lines, out[-3000:]
+    assert any(ln.startswith("would rent 1 box(es)") and "expected total 2.4000 $/h" in ln for ln in lines), out[-3000:]
+    assert [r["method"] for r in fake.api_requests()[before:]] == ["GET", "POST"]  # list, search: nothing created
+
+
+def test_a_price_cap_below_every_offer_creates_nothing_and_names_the_cap(lab):
+    _fleet, fake, _prov, _laptop, _runpod = lab
+    before = len(fake.api_requests())
+    proc, out = rent(lab, "-e", "rent_name=sweep-c", "-e", "rent_count=1", "-e", "rent_max_price=0.5")
+    assert proc.returncode != 0
+    text = " ".join(out.split())
+    assert "no_offer" in text or "max_price 0.5 $/h excluded" in text, out[-3000:]
+    assert "max_price 0.5 $/h excluded" in text, out[-3000:]
+    assert [r["method"] for r in fake.api_requests()[before:]] == ["GET", "POST"]
+    assert KEY not in out
+
+
+def test_runpod_rent_gives_back_the_pod_on_a_throttled_machine_and_records_its_machine_id(lab):
+    """RunPod: POST /v1/pods; the first pod lands on a throttled machine (the fake's first scenario): it is given
+    back (DELETE, after the box's RUNPOD_POD_ID matched) and its machineId recorded; the next pod is kept."""
+    _fleet, _fake, _prov, laptop, runpod = lab
+    proc, out = rent(lab, "-e", "rent_name=pods-a", "-e", "rent_count=1", "-e", "rent_gpu='NVIDIA H100 80GB HBM3'",
+                     "-e", "rent_bad_machines_path=%s" % (laptop / "reports" / "bad_pods.json"), provider="runpod")
+    assert proc.returncode == 0, out[-5000:]
+    posts = [r for r in runpod.api_requests() if r["method"] == "POST" and r["path"] == "/v1/pods"]
+    assert len(posts) == 2 and posts[0]["body"]["ports"] == ["22/tcp"] and posts[0]["body"]["name"] == "pods-a"
+    assert [r["path"] for r in runpod.api_requests() if r["method"] == "DELETE"] == ["/v1/pods/fakepod0010"]
+    recorded = json.loads((laptop / "reports" / "bad_pods.json").read_text())
+    assert [(r["machine_id"], r["finding"].split(":")[0]) for r in recorded] == [("fakemach0010", "throttle_active")]
+    assert KEY not in out
