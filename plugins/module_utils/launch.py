@@ -91,12 +91,13 @@ def assign(queue, hosts):
 
 
 def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=(),
-                 min_seconds=None, min_seconds_fail=False):
+                 min_seconds=None, min_seconds_fail=False, tensorboard_dir="", protocol_dir=""):
     """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each
     with its output directory and durable destination (None when the sync is off), the length of the whole
     queue, and ``min_seconds`` (launch_min_seconds: an item that exits 0 sooner is too fast, jobs.mark_too_fast;
-    0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN). Deterministic: the same
-    launch gives the same record."""
+    0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN), and the run's record
+    directories that each item's sync copies (``tensorboard_dir``: launch_tensorboard_dir, ``protocol_dir``:
+    launch_protocol_dir; None when empty). Deterministic: the same launch gives the same record."""
     if not isinstance(queue_length, int) or queue_length < len(items):
         raise ValueError("queue_length %r is less than the %d item(s) of this host" % (queue_length, len(items)))
     if min_seconds is not None and (isinstance(min_seconds, bool) or not isinstance(min_seconds, int)
@@ -109,9 +110,64 @@ def queue_record(items, name, host, run_id, queue_length, output_root, durable_r
         "output_root": output_root, "durable_root": durable_root or None,
         "best": list(best or ()), "scratch": list(scratch or ()),
         "min_seconds": min_seconds or 0, "min_seconds_fail": bool(min_seconds_fail),
+        "tensorboard_dir": _record_dir(tensorboard_dir, "launch_tensorboard_dir"),
+        "protocol_dir": _record_dir(protocol_dir, "launch_protocol_dir"),
         "items": [{"item": row["item"], "arg": row["arg"], "output_dir": "%s/%s" % (output_root, row["item"]),
                    "sync_dest": "%s/%s" % (durable_root, row["item"]) if durable_root else None} for row in items],
     }
+
+
+def _record_dir(path, variable):
+    """A record directory of the queue record: an absolute path without its trailing ``/``, or None when empty."""
+    if not path:
+        return None
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path or "\n" in path:
+        raise ValueError("%s must be an absolute path or empty, got %r" % (variable, path))
+    return path.rstrip("/") or "/"
+
+
+# The run's record, synced with each item's best files: (the label, which is also the subdirectory of the item's
+# durable copy, the queue record's key). TensorBoard events first, then the protocol (configs and notes).
+RECORD_DIRS = (("tb", "tensorboard_dir"), ("protocol", "protocol_dir"))
+
+
+def record_sources(item, tensorboard_dir=None, protocol_dir=None, has_files=None):
+    """The run's record directories that an item's sync copies -> ``[(label, src)]``.
+
+    ``tb``: the item's own TensorBoard subtree ``<tensorboard_dir>/<item>`` when the item wrote there
+    (``$TRAINER_TB_DIR/$TRAINER_ITEM``), else the whole ``tensorboard_dir`` (the events cannot be told apart);
+    ``protocol``: the whole ``protocol_dir``. A directory that holds no file (missing, or empty: the job writes no
+    events or no protocol) is left out; so is an empty setting. ``has_files(path)`` is for tests."""
+    has_files = has_files or _has_files
+    found = []
+    if tensorboard_dir:
+        own = os.path.join(tensorboard_dir, item)
+        if has_files(own):
+            found.append(("tb", own))
+        elif has_files(tensorboard_dir):
+            found.append(("tb", tensorboard_dir))
+    if protocol_dir and has_files(protocol_dir):
+        found.append(("protocol", protocol_dir))
+    return found
+
+
+def _has_files(path):
+    """True when the directory ``path`` holds a file anywhere below it."""
+    if not os.path.isdir(path):
+        return False
+    for _current, _dirs, names in os.walk(path):
+        if names:
+            return True
+    return False
+
+
+def record_dirs(queue):
+    """``{"tensorboard_dir", "protocol_dir"}`` of a queue record (launch's, trusted): each an absolute path or None."""
+    found = {}
+    for _label, key in RECORD_DIRS:
+        value = (queue or {}).get(key)
+        found[key] = value if isinstance(value, str) and value.startswith("/") else None
+    return found
 
 
 def assignment_table(rows):
@@ -193,10 +249,12 @@ def prune(output_dir, patterns, keep):
     return removed
 
 
-def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
+def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None, records=()):
     """Sync the files matching ``best`` (and the item's log, ITEM_LOG, when it is there) from ``output_dir`` to
-    ``sync_dest``, verified; prune ``scratch`` only after that. Updates ``status`` (exit_code, state, synced,
-    unsynced, sync_error, pruned) -> True when every file is durable."""
+    ``sync_dest``, verified, then each of ``records`` (``[(label, src)]``, record_sources: the run's TensorBoard
+    events and protocol) whole to ``<sync_dest>/<label>/``, verified the same way (its files are listed in
+    ``synced`` as ``<label>/<path>``); prune ``scratch`` only after that. Updates ``status`` (exit_code, state,
+    synced, unsynced, sync_error, pruned) -> True when every file is durable."""
     sync = sync or sync_core.sync
     include = list(best) + ([ITEM_LOG] if os.path.isfile(os.path.join(output_dir, ITEM_LOG)) else [])
     params = {"src": output_dir, "dest": sync_dest, "include": include, "min_free_inodes": 0, "reserve_bytes": 0}
@@ -213,7 +271,18 @@ def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
         status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, sync_error=result["msg"],
                       synced=list(result.get("copied") or []), unsynced=[rel for rel in wanted if rel not in durable])
         return False
-    status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, synced=result["files"], unsynced=[])
+    files = list(result["files"])
+    for label, src in records:
+        failed, extra = sync(sync_core.Params({"src": src, "dest": os.path.join(sync_dest, label), "include": [],
+                                               "min_free_inodes": 0, "reserve_bytes": 0}))
+        if failed:  # the best files are durable; the record is not (a relaunch retries the sync)
+            status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, unsynced=[],
+                          sync_error="the %s record %s: %s" % (label, src, extra["msg"]),
+                          synced=files + [dict(entry, path="%s/%s" % (label, entry["path"]))
+                                          for entry in extra.get("copied") or []])
+            return False
+        files += [dict(entry, path="%s/%s" % (label, entry["path"])) for entry in extra["files"]]
+    status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, synced=files, unsynced=[])
     keep = set(entry["path"].split("/")[0] for entry in result["files"])
     status["pruned"] = prune(output_dir, scratch, keep)
     return True
@@ -231,7 +300,7 @@ def matching_files(root, patterns):
 
 
 def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), scratch=(), arg=None, code=None,
-                host=None, sync=None, log_path=None):
+                host=None, sync=None, log_path=None, tensorboard_dir=None, protocol_dir=None):
     """What the run wrapper records when an item's command has ended -> (status dict, line to print).
 
     On exit code 0 with ``sync_dest`` and ``best`` patterns: the item's part of ``log_path`` is written to
@@ -240,7 +309,9 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
     then are the ``scratch`` entries of ``output_dir`` pruned (never a synced file) and the success line returned.
     A failed sync (including one where ``best`` selects no file) gives the state ``sync_failed``: ``exit_code`` 1,
     ``command_exit_code`` 0, ``sync_error`` the reason and ``unsynced`` the files that are not durable; a relaunch
-    then retries only the sync (:func:`resync_item`). ``sync`` is the sync function (tests).
+    then retries only the sync (:func:`resync_item`). The run's TensorBoard events and protocol
+    (``tensorboard_dir``, ``protocol_dir``; :func:`record_sources`) are synced with the best files, verified, to
+    ``<sync_dest>/tb/`` and ``<sync_dest>/protocol/``. ``sync`` is the sync function (tests).
     """
     status = provisional_status(item, exit_code, started, output_dir, arg=arg, code=code, host=host,
                                 sync_dest=sync_dest, best=best, scratch=scratch)
@@ -254,7 +325,9 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
         status["sync_dest"] = sync_dest
         if log_path:
             write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
-        line = _sync_line(item, status, sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync))
+        records = record_sources(item, tensorboard_dir, protocol_dir)
+        line = _sync_line(item, status, sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync,
+                                                      records=records))
     status["finished"] = job_layout.now_iso()
     return status, line
 
@@ -306,8 +379,16 @@ def resync_item(status_file, sync=None):
         return status, "==== trainer: item %s is not synced: %s ====" % (item, problem)
     if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
         write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
-    synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync)
+    dirs = record_dirs(_queue_of(status_file))
+    records = record_sources(item, dirs["tensorboard_dir"], dirs["protocol_dir"])
+    synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync, records=records)
     return status, _sync_line(item, status, synced)
+
+
+def _queue_of(status_file):
+    """The queue record of the job that holds ``items/<id>/status.json``, or None."""
+    job_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(status_file))))
+    return job_layout.read_queue(job_layout.job_paths(os.path.dirname(job_dir), os.path.basename(job_dir)))[0]
 
 
 def _strings(value):
@@ -358,6 +439,8 @@ def cli(argv=None):
     p_finish.add_argument("--scratch", action="append", default=[])
     p_finish.add_argument("--code", default="")
     p_finish.add_argument("--host", default=None)
+    p_finish.add_argument("--tb-dir", default="")
+    p_finish.add_argument("--protocol-dir", default="")
     p_resync = sub.add_parser("resync", help="retry only the sync of an item that trained but failed to sync; "
                                              "exit 0 when it is now done, 1 when it still fails, 3 when the item is "
                                              "not in that state (run its command)")
@@ -388,7 +471,8 @@ def cli(argv=None):
             sync_dest=args.sync_dest, best=args.best if args.sync_dest else (), scratch=args.scratch))
         status, line = finish_item(args.item, args.exit_code, args.started, args.output_dir,
                                    sync_dest=args.sync_dest or None, best=args.best, scratch=args.scratch,
-                                   arg=args.arg, code=code, host=host, log_path=job_log_path(args.status))
+                                   arg=args.arg, code=code, host=host, log_path=job_log_path(args.status),
+                                   tensorboard_dir=args.tb_dir or None, protocol_dir=args.protocol_dir or None)
         job_layout.write_status(args.status, status)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
