@@ -17,8 +17,9 @@ wrapper calls with the profile's interpreter::
 
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
-    code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest", "torch"}: the code
-                              that ran, and "torch": the torch version and CUDA build of the job's interpreter
+    code.json                 {"commit", "dirty", "dirty_files", "tree_sha256", "files", "bytes", "src", "dest",
+                              "torch"}: the code that ran ("dirty_files": the uncommitted files of the pushed
+                              tree, push_code's; null when git could not tell), and "torch": the torch version and CUDA build of the job's interpreter
                               (--python: <launch_env_prefix>/bin/python, else the profile's), read from its
                               torch/version.py without importing torch (torch_build.py; a record with "reason"
                               when torch is not installed there or the probe failed)
@@ -413,6 +414,22 @@ def recorded_problem(status_file, item, output_dir, sync_dest, best):
     return None
 
 
+# At most this many uncommitted files are named in code.json ("dirty_files"); "dirty" stays true with more.
+MAX_DIRTY_FILES = 1000
+
+
+def dirty_files(text):
+    """The uncommitted files of the pushed tree (push_code's ``dirty_files``, as JSON text) -> a list of at most
+    MAX_DIRTY_FILES paths, or None when git could not tell (empty text, null, not a list)."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return [entry for entry in value if isinstance(entry, str)][:MAX_DIRTY_FILES]
+
+
 def cli(argv=None):
     parser = argparse.ArgumentParser(prog="launch", description="remote_gpu.trainer launch helpers (on the box)")
     sub = parser.add_subparsers(dest="cmd")
@@ -421,6 +438,7 @@ def cli(argv=None):
     p_code.add_argument("--out", required=True)
     p_code.add_argument("--commit", default="")
     p_code.add_argument("--dirty", default="")
+    p_code.add_argument("--dirty-files", default="", help="the uncommitted files of the pushed tree, a JSON list")
     p_code.add_argument("--src", default="")
     p_code.add_argument("--python", default="", help="the job's interpreter, whose torch build is recorded "
                                                      "(default: this interpreter)")
@@ -450,6 +468,7 @@ def cli(argv=None):
     if args.cmd == "code":
         record = tree_checksum(args.root)
         record.update(commit=args.commit or None, dirty={"true": True, "false": False}.get(args.dirty),
+                      dirty_files=dirty_files(args.dirty_files),
                       src=args.src or None, dest=os.path.abspath(args.root),
                       torch=torch_build.probe(args.python or sys.executable, cwd=args.root))
         changed = job_layout.read_record(args.out) != record

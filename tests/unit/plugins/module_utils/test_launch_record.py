@@ -100,3 +100,16 @@ def test_the_run_wrapper_passes_the_record_directories_to_the_finish_step():
     text = launch_scripts.run_item_text(tensorboard_dir="/o/tb", protocol_dir="/o/protocol", **common)
     assert '    set -- "$@" --tb-dir /o/tb' in text and '    set -- "$@" --protocol-dir /o/protocol' in text
     assert "--tb-dir" not in launch_scripts.run_item_text(**common)
+
+
+def test_code_json_records_the_uncommitted_files_of_the_pushed_tree():
+    assert launch.dirty_files('["train.py", "notes/"]') == ["train.py", "notes/"]
+    assert launch.dirty_files("null") is None and launch.dirty_files("") is None and launch.dirty_files("{") is None
+    assert len(launch.dirty_files(json.dumps(["f%d" % i for i in range(2000)]))) == launch.MAX_DIRTY_FILES
+
+
+def test_the_report_line_says_the_code_was_dirty():
+    from ansible_collections.remote_gpu.trainer.plugins.filter.launch import launch_report
+    record = {"tree_sha256": "a" * 64, "commit": "c0ffee", "dirty": True, "dirty_files": ["train.py"]}
+    line = launch_report([{"item": "000"}], "h1", pending=["000"], code={"stdout": json.dumps(record)})
+    assert "(code aaaaaaaaaaaa, commit c0ffee with 1 uncommitted file(s))" in line
