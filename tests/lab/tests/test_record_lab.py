@@ -100,3 +100,9 @@ def test_the_events_and_protocol_reach_the_laptop_verified_and_the_dirty_tree_is
     assert (pulled / "data" / events).read_bytes() == EVENTS
     assert (pulled / "data" / protocol).read_text() == "lr: 0.001\n"
     assert verified[events] == hashlib.sha256(EVENTS).hexdigest()
+
+    # the next patrol's dashboard links the pulled curves
+    proc = playbook(fleet, laptop, "patrol.yml", "-l", HOST)
+    assert proc.returncode == 0, shown(proc)
+    page = (laptop / "reports" / "fleet.html").read_text()
+    assert '<li data-pulled="%s/train">' % HOST in page and 'href="../pulls/%s/train/data/durable/"' % HOST in page
