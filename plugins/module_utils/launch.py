@@ -327,8 +327,8 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
         if log_path:
             write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
         records = record_sources(item, tensorboard_dir, protocol_dir)
-        line = _sync_line(item, status, sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync,
-                                                      records=records))
+        synced = sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync, records=records)
+        line = _sync_line(item, status, synced)
     status["finished"] = job_layout.now_iso()
     return status, line
 

@@ -163,8 +163,8 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
     ]
     lines += ['    set -- "$@" --best %s' % q(pattern) for pattern in _as_list(best)]
     lines += ['    set -- "$@" --scratch %s' % q(pattern) for pattern in _as_list(scratch)]
-    lines += ['    set -- "$@" %s %s' % (flag, q(path)) for flag, path in (("--tb-dir", tensorboard_dir),
-                                                                      ("--protocol-dir", protocol_dir)) if path]
+    records = (("--tb-dir", tensorboard_dir), ("--protocol-dir", protocol_dir))
+    lines += ['    set -- "$@" %s %s' % (flag, q(path)) for flag, path in records if path]
     lines += [
         "fi",
         "# The finish step writes the item's status (job_layout.write_status) before anything that can fail.",

@@ -24,9 +24,9 @@ description:
     C(git status --porcelain) on the controller), with the files that have them; all are null when O(src) is not a
     git work tree. Uncommitted changes give a warning that names the files; with O(require_clean) they fail the
     task before anything is pushed.
-  - "Refuses, before anything is pushed, when a script has CRLF (Windows) line endings (bash on the box would stop
-    at its first line with C($'\\r': command not found)): every C(*.sh) file of O(src) (outside C(.git) and
-    O(exclude)) and every file of O(src) that O(command) names."
+  - Refuses, before anything is pushed, when a script has CRLF (Windows) line endings, which bash on the box reads
+    as part of each command (C(command not found) at the first line); it checks every C(*.sh) file of O(src)
+    (outside C(.git) and O(exclude)) and every file of O(src) that O(command) names.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes
   - remote_gpu.trainer.attributes.platform
@@ -115,8 +115,8 @@ dirty:
   returned: always
   sample: false
 dirty_files:
-  description: The files of O(src) with uncommitted changes (C(git status --porcelain) paths: modified, staged,
-    deleted, untracked); null when O(src) is not a git work tree.
+  description: The files of O(src) with uncommitted changes, as C(git status --porcelain) names them (modified,
+    staged, deleted, untracked); null when O(src) is not a git work tree.
   type: list
   elements: str
   returned: always

@@ -10,8 +10,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_ht
 def _verified(root, host, run, paths):
     run_dir = root / host / run
     run_dir.mkdir(parents=True)
-    (run_dir / "PULL_VERIFIED.json").write_text(json.dumps({"files": [{"path": p, "sha256": "0" * 64, "bytes": 1}
-                                                                     for p in paths]}))
+    files = [{"path": path, "sha256": "0" * 64, "bytes": 1} for path in paths]
+    (run_dir / "PULL_VERIFIED.json").write_text(json.dumps({"files": files}))
     return run_dir
 
 
