@@ -81,7 +81,8 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         src = os.path.abspath(os.path.expanduser(args["src"]))
         args["src"] = src
-        result.update(changed=False, changes=[], commit=None, dirty=None, dirty_files=None, dest=args["dest"])
+        result.update(changed=False, changes=[], commit=None, dirty=None, dirty_files=None, uses_wandb=False,
+                      dest=args["dest"])
         if not os.path.isdir(src):
             return dict(result, failed=True, msg="src %s is not a directory on the controller: give the code "
                                                  "directory (launch_src)" % src)
@@ -97,6 +98,7 @@ class ActionModule(DocumentedAction):
         crlf = code_check.crlf_files(src, code_check.scripts(src, args["command"], args["exclude"]))
         if crlf:
             return dict(result, failed=True, crlf_files=crlf, msg=code_check.crlf_message(src, crlf))
+        result["uses_wandb"] = code_check.uses_wandb(src, args["exclude"])
         if result["dirty"]:
             if args["require_clean"]:
                 return dict(result, failed=True, msg=code_check.dirty_message(src, result["dirty_files"], True))

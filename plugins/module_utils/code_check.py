@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What push_code checks in the code before it leaves the controller: the uncommitted files of its git work tree
-(recorded, shown, and refused with ``require_clean``) and scripts with CRLF line endings (always refused: bash on
-the box stops at their first line with ``$'\\r': command not found``).
+(recorded, shown, and refused with ``require_clean``), scripts with CRLF line endings (always refused: bash on
+the box stops at their first line with ``$'\\r': command not found``), and whether the code uses wandb (launch then
+warns when wandb would run online without a key).
 
 Pure functions plus one bounded directory walk; the action ``remote_gpu.trainer.push_code`` runs git and calls them.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shlex
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
@@ -135,3 +137,46 @@ def crlf_message(src, files):
             "\"$'\\r': command not found\". Nothing was pushed. Convert them (in %s: sed -i 's/\\r$//' %s, or "
             "dos2unix) and keep git from converting them back (git config core.autocrlf input, or a .gitattributes "
             "line '*.sh text eol=lf'), then launch again" % (src, listing(files), src, quoted))
+
+
+# Where a project names its dependencies (top level of the code directory).
+DEPENDENCY_FILES = ("requirements*.txt", "pyproject.toml", "setup.py", "setup.cfg", "environment*.yml",
+                    "environment*.yaml", "Pipfile")
+WANDB_IMPORT = re.compile(rb"^[ \t]*(?:import[ \t]+wandb\b|from[ \t]+wandb\b)", re.MULTILINE)
+WANDB_WORD = re.compile(rb"(?<![A-Za-z0-9_.-])wandb(?![A-Za-z0-9_-])", re.IGNORECASE)
+MAX_PY_FILES = 5000
+PY_READ_BYTES = 256 * 1024
+
+
+def uses_wandb(src, exclude=(), walk=os.walk):
+    """Whether the code uses Weights & Biases: a dependency file at the top of ``src`` names ``wandb``, or a Python
+    file (outside ``.git`` and ``exclude``; at most MAX_PY_FILES, the first PY_READ_BYTES of each) imports it."""
+    try:
+        top = sorted(os.listdir(src))
+    except OSError:
+        return False
+    for name in top:
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in DEPENDENCY_FILES) and \
+                WANDB_WORD.search(_head(os.path.join(src, name), PY_READ_BYTES)):
+            return True
+    seen = 0
+    for current, dirs, names in walk(src):
+        rel_dir = os.path.relpath(current, src).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirs[:] = sorted(d for d in dirs if d != ".git" and not _excluded(rel_dir + d, exclude))
+        for name in sorted(names):
+            if not name.endswith(".py") or _excluded(rel_dir + name, exclude):
+                continue
+            seen += 1
+            if seen > MAX_PY_FILES:
+                return False
+            if WANDB_IMPORT.search(_head(os.path.join(current, name), PY_READ_BYTES)):
+                return True
+    return False
+
+
+def _head(path, limit):
+    try:
+        return safe_read.read_bounded(path, limit)[0]
+    except (OSError, safe_read.ReadRefused):
+        return b""

@@ -462,24 +462,29 @@ MAX_VERIFIED_BYTES = 16 << 20
 
 
 def curves_of(verified):
-    """The items whose TensorBoard events a verified pull holds (``durable/<item>/tb/...`` in PULL_VERIFIED.json's
-    ``files``) -> (sorted item ids, number of event files)."""
-    items, count = set(), 0
+    """What a verified pull holds of the run's record (PULL_VERIFIED.json's ``files``): the items whose TensorBoard
+    events it holds (``durable/<item>/tb/...``), the number of event files, and the wandb runs it holds
+    (``durable/<item>/wandb/wandb/<offline-run-...>/``, relative to ``durable/``) -> (items, count, runs), sorted."""
+    items, count, runs = set(), 0, set()
     for entry in (verified or {}).get("files") or []:
         path = entry.get("path") if isinstance(entry, dict) else None
         parts = path.split("/") if isinstance(path, str) else []
-        if len(parts) >= 4 and parts[0] == "durable" and parts[2] == "tb" and ".." not in parts:
+        if len(parts) < 4 or parts[0] != "durable" or ".." in parts or "" in parts:
+            continue
+        if parts[2] == "tb":
             items.add(parts[1])
             count += 1
-    return sorted(items), count
+        elif parts[2:4] == ["wandb", "wandb"] and len(parts) >= 6 and parts[4].startswith("offline-run-"):
+            runs.add("/".join(parts[1:5]))
+    return sorted(items), count, sorted(runs)
 
 
 def pulled_curves(pull_root, hosts, base):
-    """The TensorBoard curves that teardown pulled and verified, per host: ``{host: [{"run", "items", "files",
-    "logdir", "href"}]}`` from each ``<pull_root>/<host>/<run>/PULL_VERIFIED.json`` (read with safe_read, bounded;
+    """The TensorBoard curves (and offline wandb runs) that teardown pulled and verified, per host: ``{host: [{"run",
+    "items", "files", "wandb_runs", "logdir", "href"}]}`` from each ``<pull_root>/<host>/<run>/PULL_VERIFIED.json`` (read with safe_read, bounded;
     a missing, torn or foreign file is skipped). ``logdir`` is the directory to give ``tensorboard --logdir``
     (``<run>/data/durable``, one TensorBoard run per item: ``<item>/tb``), ``href`` the same relative to ``base``, the
-    page's directory."""
+    page's directory; ``wandb_runs`` the offline runs' directories, relative to ``logdir``."""
     found = {}
     for host in sorted(hosts or ()):
         if not isinstance(host, str) or not host or "/" in host or host in (".", ".."):
@@ -495,11 +500,12 @@ def pulled_curves(pull_root, hosts, base):
                 verified = json.loads(text) if text else None
             except ValueError:
                 verified = None
-            items, count = curves_of(verified if isinstance(verified, dict) else None)
-            if not count:
+            items, count, wandb_runs = curves_of(verified if isinstance(verified, dict) else None)
+            if not count and not wandb_runs:
                 continue
             logdir = os.path.join(host_dir, run, "data", "durable")
             found.setdefault(host, []).append({"run": run, "items": items, "files": count, "logdir": logdir,
+                                               "wandb_runs": wandb_runs,
                                                "href": os.path.relpath(logdir, base).replace(os.sep, "/") + "/"})
     return found
 
@@ -510,13 +516,19 @@ def _pulled(pulled):
     rows = []
     for host in sorted(pulled):
         for run in pulled[host]:
+            wandb = ""
+            if run["wandb_runs"]:
+                dirs = run["wandb_runs"] if len(run["wandb_runs"]) <= 10 else ["*/wandb/wandb/offline-run-*"]
+                wandb = ' <span data-wandb="%d">%d offline wandb run(s): <code>wandb sync %s</code></span>' % (
+                    len(run["wandb_runs"]), len(run["wandb_runs"]),
+                    esc(" ".join("%s/%s" % (run["logdir"], rel) for rel in dirs)))
             rows.append('<li data-pulled="%s/%s"><b>%s</b> %s: %d event file(s) of item(s) %s, verified: '
-                        '<a href="%s">%s</a> <code>tensorboard --logdir %s</code></li>' % (
+                        '<a href="%s">%s</a> <code>tensorboard --logdir %s</code>%s</li>' % (
                             esc(host), esc(run["run"]), esc(host), esc(run["run"]), run["files"],
-                            esc(", ".join(run["items"])), esc(run["href"]), esc(run["logdir"]),
-                            esc(run["logdir"])))
-    return ('<h2>Pulled curves</h2><section class="pulled"><p class="muted">TensorBoard events that teardown pulled '
-            'and verified (PULL_VERIFIED.json); they outlive the box</p><ul>%s</ul></section>' % "".join(rows))
+                            esc(", ".join(run["items"]) or "-"), esc(run["href"]), esc(run["logdir"]),
+                            esc(run["logdir"]), wandb))
+    return ('<h2>Pulled curves</h2><section class="pulled"><p class="muted">TensorBoard events and offline wandb runs '
+            'that teardown pulled and verified (PULL_VERIFIED.json); they outlive the box</p><ul>%s</ul></section>' % "".join(rows))
 
 
 def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, warn_pct=85, fail_pct=95, inventory=None,

@@ -92,13 +92,13 @@ def assign(queue, hosts):
 
 
 def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=(),
-                 min_seconds=None, min_seconds_fail=False, tensorboard_dir="", protocol_dir=""):
+                 min_seconds=None, min_seconds_fail=False, tensorboard_dir="", protocol_dir="", wandb_dir=""):
     """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each
     with its output directory and durable destination (None when the sync is off), the length of the whole
     queue, and ``min_seconds`` (launch_min_seconds: an item that exits 0 sooner is too fast, jobs.mark_too_fast;
     0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN), and the run's record
     directories that each item's sync copies (``tensorboard_dir``: launch_tensorboard_dir, ``protocol_dir``:
-    launch_protocol_dir; None when empty). Deterministic: the same launch gives the same record."""
+    launch_protocol_dir; ``wandb_dir``: launch_wandb_dir; None when empty). Deterministic: the same launch gives the same record."""
     if not isinstance(queue_length, int) or queue_length < len(items):
         raise ValueError("queue_length %r is less than the %d item(s) of this host" % (queue_length, len(items)))
     if min_seconds is not None and (isinstance(min_seconds, bool) or not isinstance(min_seconds, int)
@@ -113,6 +113,7 @@ def queue_record(items, name, host, run_id, queue_length, output_root, durable_r
         "min_seconds": min_seconds or 0, "min_seconds_fail": bool(min_seconds_fail),
         "tensorboard_dir": _record_dir(tensorboard_dir, "launch_tensorboard_dir"),
         "protocol_dir": _record_dir(protocol_dir, "launch_protocol_dir"),
+        "wandb_dir": _record_dir(wandb_dir, "launch_wandb_dir"),
         "items": [{"item": row["item"], "arg": row["arg"], "output_dir": "%s/%s" % (output_root, row["item"]),
                    "sync_dest": "%s/%s" % (durable_root, row["item"]) if durable_root else None} for row in items],
     }
@@ -128,16 +129,18 @@ def _record_dir(path, variable):
 
 
 # The run's record, synced with each item's best files: (the label, which is also the subdirectory of the item's
-# durable copy, the queue record's key). TensorBoard events first, then the protocol (configs and notes).
-RECORD_DIRS = (("tb", "tensorboard_dir"), ("protocol", "protocol_dir"))
+# durable copy, the queue record's key). TensorBoard events first, then the protocol (configs and notes), then the
+# item's wandb directory ($WANDB_DIR: its offline runs, which `wandb sync` uploads later).
+RECORD_DIRS = (("tb", "tensorboard_dir"), ("protocol", "protocol_dir"), ("wandb", "wandb_dir"))
 
 
-def record_sources(item, tensorboard_dir=None, protocol_dir=None, has_files=None):
+def record_sources(item, tensorboard_dir=None, protocol_dir=None, has_files=None, wandb_dir=None):
     """The run's record directories that an item's sync copies -> ``[(label, src)]``.
 
     ``tb``: the item's own TensorBoard subtree ``<tensorboard_dir>/<item>`` when the item wrote there
     (``$TRAINER_TB_DIR/$TRAINER_ITEM``), else the whole ``tensorboard_dir`` (the events cannot be told apart);
-    ``protocol``: the whole ``protocol_dir``. A directory that holds no file (missing, or empty: the job writes no
+    ``protocol``: the whole ``protocol_dir``; ``wandb``: the item's ``<wandb_dir>/<item>`` (its ``$WANDB_DIR``, which
+    the run wrapper sets), never the whole directory. A directory that holds no file (missing, or empty: the job writes no
     events or no protocol) is left out; so is an empty setting. ``has_files(path)`` is for tests."""
     has_files = has_files or _has_files
     found = []
@@ -149,6 +152,8 @@ def record_sources(item, tensorboard_dir=None, protocol_dir=None, has_files=None
             found.append(("tb", tensorboard_dir))
     if protocol_dir and has_files(protocol_dir):
         found.append(("protocol", protocol_dir))
+    if wandb_dir and has_files(os.path.join(wandb_dir, item)):
+        found.append(("wandb", os.path.join(wandb_dir, item)))
     return found
 
 
@@ -163,7 +168,7 @@ def _has_files(path):
 
 
 def record_dirs(queue):
-    """``{"tensorboard_dir", "protocol_dir"}`` of a queue record (launch's, trusted): each an absolute path or None."""
+    """``{"tensorboard_dir", "protocol_dir", "wandb_dir"}`` of a queue record (launch's, trusted): each an absolute path or None."""
     found = {}
     for _label, key in RECORD_DIRS:
         value = (queue or {}).get(key)
@@ -301,7 +306,7 @@ def matching_files(root, patterns):
 
 
 def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), scratch=(), arg=None, code=None,
-                host=None, sync=None, log_path=None, tensorboard_dir=None, protocol_dir=None):
+                host=None, sync=None, log_path=None, tensorboard_dir=None, protocol_dir=None, wandb_dir=None):
     """What the run wrapper records when an item's command has ended -> (status dict, line to print).
 
     On exit code 0 with ``sync_dest`` and ``best`` patterns: the item's part of ``log_path`` is written to
@@ -326,7 +331,7 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
         status["sync_dest"] = sync_dest
         if log_path:
             write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
-        records = record_sources(item, tensorboard_dir, protocol_dir)
+        records = record_sources(item, tensorboard_dir, protocol_dir, wandb_dir=wandb_dir)
         synced = sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync, records=records)
         line = _sync_line(item, status, synced)
     status["finished"] = job_layout.now_iso()
@@ -381,7 +386,7 @@ def resync_item(status_file, sync=None):
     if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
         write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
     dirs = record_dirs(_queue_of(status_file))
-    records = record_sources(item, dirs["tensorboard_dir"], dirs["protocol_dir"])
+    records = record_sources(item, dirs["tensorboard_dir"], dirs["protocol_dir"], wandb_dir=dirs["wandb_dir"])
     synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync, records=records)
     return status, _sync_line(item, status, synced)
 
@@ -459,6 +464,7 @@ def cli(argv=None):
     p_finish.add_argument("--host", default=None)
     p_finish.add_argument("--tb-dir", default="")
     p_finish.add_argument("--protocol-dir", default="")
+    p_finish.add_argument("--wandb-dir", default="")
     p_resync = sub.add_parser("resync", help="retry only the sync of an item that trained but failed to sync; "
                                              "exit 0 when it is now done, 1 when it still fails, 3 when the item is "
                                              "not in that state (run its command)")
@@ -491,7 +497,8 @@ def cli(argv=None):
         status, line = finish_item(args.item, args.exit_code, args.started, args.output_dir,
                                    sync_dest=args.sync_dest or None, best=args.best, scratch=args.scratch,
                                    arg=args.arg, code=code, host=host, log_path=job_log_path(args.status),
-                                   tensorboard_dir=args.tb_dir or None, protocol_dir=args.protocol_dir or None)
+                                   tensorboard_dir=args.tb_dir or None, protocol_dir=args.protocol_dir or None,
+                                   wandb_dir=args.wandb_dir or None)
         job_layout.write_status(args.status, status)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

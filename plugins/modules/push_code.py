@@ -121,6 +121,14 @@ dirty_files:
   elements: str
   returned: always
   sample: [train.py, notes.txt]
+uses_wandb:
+  description:
+    - Whether the code uses Weights & Biases, a dependency file at the top of O(src) (C(requirements*.txt),
+      C(pyproject.toml), ...) naming C(wandb), or a Python file importing it; launch warns when such code would run
+      wandb online without C(WANDB_API_KEY).
+  type: bool
+  returned: always
+  sample: true
 crlf_files:
   description: The scripts with CRLF line endings that made the task fail, relative to O(src).
   type: list

@@ -30,6 +30,9 @@ TB="$TRAINER_TB_DIR/$TRAINER_ITEM"
 mkdir -p "$TB" "$TRAINER_PROTOCOL_DIR"
 printf 'fake tfevents record of item %s\n' "$TRAINER_ITEM" > "$TB/events.out.tfevents.1700000000.box"
 printf 'lr: 0.001\n' > "$TRAINER_PROTOCOL_DIR/config.yaml"
+printf '%s %s\n' "${WANDB_MODE-unset}" "${WANDB_DIR-unset}" > "$TRAINER_PROTOCOL_DIR/wandb.txt"
+RUN="$WANDB_DIR/wandb/offline-run-20260101_000000-abc"
+mkdir -p "$RUN" && echo W > "$RUN/run-abc.wandb"
 cp "ckpt/$1.safetensors" "$TRAINER_OUTPUT_DIR/best.safetensors"
 """
 
@@ -46,6 +49,7 @@ def src(tmp_path_factory):
     """A git work tree with a commit and one uncommitted file (notes.txt)."""
     root = tmp_path_factory.mktemp("src")
     (root / "train.sh").write_text(TRAIN_SH)
+    (root / "requirements.txt").write_text("wandb>=0.16\n")  # the code uses wandb
     (root / "ckpt").mkdir()
     (root / "ckpt" / "q0.safetensors").write_bytes(checkpoint("q0"))
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org"]
@@ -87,6 +91,8 @@ def test_the_events_and_protocol_reach_the_laptop_verified_and_the_dirty_tree_is
     assert "uncommitted changes in 1 file(s): notes.txt" in proc.stdout + proc.stderr, shown(proc)
     code = read_json(fleet, HOST, "~/.trainer/jobs/train/code.json")
     assert (code["dirty"], code["dirty_files"]) == (True, ["notes.txt"])
+    # wandb: online on AutoDL (its network_turbo proxy), but no WANDB_API_KEY anywhere: a warning
+    assert "the code uses wandb and WANDB_MODE is online, but neither" in proc.stdout, shown(proc)
     assert wait_finished(fleet, HOST, "train")["exit_code"] == 0
 
     proc = playbook(fleet, laptop, "teardown.yml", "-l", HOST, "-e", "teardown_approve=%s" % HOST)
@@ -99,6 +105,10 @@ def test_the_events_and_protocol_reach_the_laptop_verified_and_the_dirty_tree_is
     assert events in verified and protocol in verified, sorted(verified)
     assert (pulled / "data" / events).read_bytes() == EVENTS
     assert (pulled / "data" / protocol).read_text() == "lr: 0.001\n"
+    # the job ran with WANDB_MODE from the profile and its own WANDB_DIR, whose runs were pulled too
+    wandb_dir = (pulled / "data" / "durable/000/protocol/wandb.txt").read_text().split()
+    assert wandb_dir[0] == "online" and wandb_dir[1].endswith("/wandb/000"), wandb_dir
+    assert "durable/000/wandb/wandb/offline-run-20260101_000000-abc/run-abc.wandb" in verified
     assert verified[events] == hashlib.sha256(EVENTS).hexdigest()
 
     # the next patrol's dashboard links the pulled curves
@@ -106,3 +116,4 @@ def test_the_events_and_protocol_reach_the_laptop_verified_and_the_dirty_tree_is
     assert proc.returncode == 0, shown(proc)
     page = (laptop / "reports" / "fleet.html").read_text()
     assert '<li data-pulled="%s/train">' % HOST in page and 'href="../pulls/%s/train/data/durable/"' % HOST in page
+    assert "wandb sync %s/000/wandb/wandb/offline-run-20260101_000000-abc" % (pulled / "data" / "durable") in page

@@ -44,3 +44,16 @@ def test_the_messages_say_what_is_wrong_and_what_to_do():
     assert "Nothing was pushed" in code_check.dirty_message("/src", ["a"], True)
     many = code_check.dirty_message("/src", ["f%02d" % i for i in range(25)], False)
     assert "25 file(s)" in many and "and 5 more" in many and "launch_require_clean: true" in many
+
+
+def test_uses_wandb_reads_the_dependency_files_and_the_imports(tmp_path):
+    assert code_check.uses_wandb(str(tmp_path)) is False
+    (tmp_path / "requirements.txt").write_text("torch\nwandb-utils-like==1\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("# we used to import wandb here\nx = 'import wandb'\n")
+    assert code_check.uses_wandb(str(tmp_path)) is False
+    (tmp_path / "src" / "log.py").write_text("import os\n    from wandb import init\n")
+    assert code_check.uses_wandb(str(tmp_path)) is True
+    assert code_check.uses_wandb(str(tmp_path), exclude=["/src/"]) is False
+    (tmp_path / "requirements-dev.txt").write_text("torch\nWandB>=0.16\n")
+    assert code_check.uses_wandb(str(tmp_path), exclude=["/src/"]) is True

@@ -36,7 +36,8 @@ def test_the_queue_record_names_the_record_directories():
     record = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", tensorboard_dir="/d/tb/",
                                  protocol_dir="/d/protocol")
     assert (record["tensorboard_dir"], record["protocol_dir"]) == ("/d/tb", "/d/protocol")
-    assert launch.record_dirs(record) == {"tensorboard_dir": "/d/tb", "protocol_dir": "/d/protocol"}
+    assert launch.record_dirs(record) == {"tensorboard_dir": "/d/tb", "protocol_dir": "/d/protocol",
+                                          "wandb_dir": None}
     off = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")
     assert (off["tensorboard_dir"], off["protocol_dir"]) == (None, None)
     with pytest.raises(ValueError, match="launch_protocol_dir must be an absolute path"):
@@ -113,3 +114,19 @@ def test_the_report_line_says_the_code_was_dirty():
     record = {"tree_sha256": "a" * 64, "commit": "c0ffee", "dirty": True, "dirty_files": ["train.py"]}
     line = launch_report([{"item": "000"}], "h1", pending=["000"], code={"stdout": json.dumps(record)})
     assert "(code aaaaaaaaaaaa, commit c0ffee with 1 uncommitted file(s))" in line
+
+
+def test_the_items_wandb_dir_is_exported_and_synced_with_its_offline_runs(out, tmp_path):
+    common = dict(name="train", host="h1", command="bash train.sh", dest="/c", output_root="/o",
+                  durable_root="/fs", run_id="r", best=["best*"], scratch=[], job_dir="/j", python="python3",
+                  lib_dir="/l")
+    text = launch_scripts.run_item_text(wandb_dir="/o/wandb", **common)
+    assert "export WANDB_DIR=/o/wandb/\"$ID\"" in text and '    set -- "$@" --wandb-dir /o/wandb' in text
+    assert "WANDB_DIR" not in launch_scripts.run_item_text(**common)
+    _tree(tmp_path, {"wandb/000/wandb/offline-run-20260101_000000-abc/run-abc.wandb": b"W",
+                     "wandb/001/wandb/offline-run-x/run-x.wandb": b"other item"})
+    dest = tmp_path / "durable" / "000"
+    status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(dest), best=["best*"],
+                                       wandb_dir=str(tmp_path / "wandb"))
+    assert [entry["path"] for entry in status["synced"]] == [
+        "best.pt", "wandb/wandb/offline-run-20260101_000000-abc/run-abc.wandb"]
