@@ -20,16 +20,20 @@ LIB_FLAGS = ["-a", "--partial", "--itemize-changes", "--omit-dir-times", "--chmo
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
 
-def git_state(src, timeout=30):
-    """(commit, dirty, dirty_files) of the work tree at ``src``: ``dirty_files`` are the paths that
-    ``git status --porcelain`` lists (modified, staged, deleted, untracked); each is None when git cannot tell (not
-    a work tree, no commit yet, git missing)."""
+def git_state(src, timeout=30, exclude=()):
+    """(commit, dirty, dirty_files) of the work tree at ``src``: ``dirty_files`` are the paths under ``src``
+    (relative to it) that ``git status --porcelain`` lists (modified, staged, deleted, untracked), without those
+    that ``exclude`` keeps out of the push; each is None when git cannot tell (not a work tree, no commit yet, git
+    missing)."""
     rc, out, _err = run_with_timeout(["git", "-C", src, "rev-parse", "HEAD"], timeout)
     commit = (out.strip() or None) if rc == 0 else None
-    rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain", "-z"], timeout)
+    rc, prefix, _err = run_with_timeout(["git", "-C", src, "rev-parse", "--show-prefix"], timeout)
     if rc != 0:
         return commit, None, None
-    files = code_check.porcelain_files(out)
+    rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain", "-z", "--untracked-files=all", "--", "."], timeout)
+    if rc != 0:
+        return commit, None, None
+    files = code_check.pushed_files(code_check.porcelain_files(out), prefix.strip(), exclude)
     return commit, bool(files), files
 
 
@@ -94,7 +98,7 @@ class ActionModule(DocumentedAction):
         if missing:
             return dict(result, failed=True,
                         msg="lib_files %s are not files of %s" % (", ".join(missing), MODULE_UTILS))
-        result["commit"], result["dirty"], result["dirty_files"] = git_state(src)
+        result["commit"], result["dirty"], result["dirty_files"] = git_state(src, exclude=args["exclude"])
         crlf = code_check.crlf_files(src, code_check.scripts(src, args["command"], args["exclude"]))
         if crlf:
             return dict(result, failed=True, crlf_files=crlf, msg=code_check.crlf_message(src, crlf))

@@ -46,6 +46,21 @@ def porcelain_files(output):
     return sorted(found)
 
 
+def pushed_files(paths, prefix="", exclude=()):
+    """The paths (relative to the repository root, as porcelain gives them) that lie under ``prefix`` (the pushed
+    directory, ``git rev-parse --show-prefix``), relative to it and without those the push leaves out (``exclude``:
+    rsync's patterns); what git says of the rest of the repository did not ship."""
+    found = []
+    for path in paths:
+        if prefix and not path.startswith(prefix):
+            continue
+        rel = path[len(prefix):]
+        parts = rel.rstrip("/").split("/")
+        if rel and not any(_excluded("/".join(parts[:depth]), exclude) for depth in range(1, len(parts) + 1)):
+            found.append(rel)
+    return found
+
+
 def listing(names, shown=SHOWN):
     """``a, b, c`` or ``a, b, ... and N more``."""
     names = list(names)

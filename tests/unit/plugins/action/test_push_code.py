@@ -100,6 +100,11 @@ def test_git_state_is_recorded(tmp_path):
     (repo / "a").write_text("changed")
     assert push_code.git_state(str(repo)) == (head, True, ["a", "b"])
     assert push_code.git_state(str(tmp_path)) == (None, None, None)
+    # a pushed subdirectory: only its own changes, relative to it, and never what the push leaves out
+    (repo / "sub" / "pulls").mkdir(parents=True)
+    (repo / "sub" / "pulls" / "x").write_text("pulled")
+    (repo / "sub" / "t.py").write_text("t")
+    assert push_code.git_state(str(repo / "sub"), exclude=["/pulls/"]) == (head, True, ["t.py"])
 
 
 def _repo(tmp_path):

@@ -57,3 +57,9 @@ def test_uses_wandb_reads_the_dependency_files_and_the_imports(tmp_path):
     assert code_check.uses_wandb(str(tmp_path), exclude=["/src/"]) is False
     (tmp_path / "requirements-dev.txt").write_text("torch\nWandB>=0.16\n")
     assert code_check.uses_wandb(str(tmp_path), exclude=["/src/"]) is True
+
+
+def test_pushed_files_are_those_under_the_pushed_directory_and_not_excluded():
+    paths = ["README.md", "train/run.sh", "train/pulls/", "train/reports/x.json", "train/sub/.git", "other/a.py"]
+    assert code_check.pushed_files(paths, "train/", [".git", "/pulls/", "/reports/"]) == ["run.sh"]
+    assert code_check.pushed_files(["a", "pulls/"], "", ["/pulls/"]) == ["a"]
