@@ -213,10 +213,12 @@ def update_dashboard(args, rows, hostvars, clocks, now, inventory=None):
     fleet, more = fleet_history.load_fleet(args["history_dir"], now, window=window, points=fleet_html.SAMPLE_POINTS,
                                            recent=fleet_html.RATE_WINDOW)
     warnings += more
+    base = os.path.dirname(os.path.abspath(args["html_path"]))
+    pulled = fleet_html.pulled_curves(os.path.abspath(args["pull_root"]), inventory or fleet, base) \
+        if args["pull_root"] else None
     page = fleet_html.render(fleet, now, title=args["fleet_name"], clocks=clocks, warnings=warnings, window=window,
                              warn_pct=args["disk_warn_pct"], fail_pct=args["disk_fail_pct"], inventory=inventory,
-                             source=args["title"])
-    base = os.path.dirname(os.path.abspath(args["html_path"]))
+                             source=args["title"], pulled=pulled)
     files = {}
     for host in fleet:
         try:

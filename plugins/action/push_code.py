@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import code_check
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION as MODULE_DOCUMENTATION
@@ -19,13 +20,21 @@ LIB_FLAGS = ["-a", "--partial", "--itemize-changes", "--omit-dir-times", "--chmo
 MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
 
-def git_state(src, timeout=30):
-    """(commit, dirty) of the work tree at ``src``, each None when git cannot tell (not a work tree, no commit yet,
-    git missing)."""
+def git_state(src, timeout=30, exclude=()):
+    """(commit, dirty, dirty_files) of the work tree at ``src``: ``dirty_files`` are the paths under ``src``
+    (relative to it) that ``git status --porcelain`` lists (modified, staged, deleted, untracked), without those
+    that ``exclude`` keeps out of the push; each is None when git cannot tell (not a work tree, no commit yet, git
+    missing)."""
     rc, out, _err = run_with_timeout(["git", "-C", src, "rev-parse", "HEAD"], timeout)
     commit = (out.strip() or None) if rc == 0 else None
-    rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain"], timeout)
-    return commit, (bool(out.strip()) if rc == 0 else None)
+    rc, prefix, _err = run_with_timeout(["git", "-C", src, "rev-parse", "--show-prefix"], timeout)
+    if rc != 0:
+        return commit, None, None
+    rc, out, _err = run_with_timeout(["git", "-C", src, "status", "--porcelain", "-z", "--untracked-files=all", "--", "."], timeout)
+    if rc != 0:
+        return commit, None, None
+    files = code_check.pushed_files(code_check.porcelain_files(out), prefix.strip(), exclude)
+    return commit, bool(files), files
 
 
 def changes(stdout):
@@ -76,7 +85,8 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         src = os.path.abspath(os.path.expanduser(args["src"]))
         args["src"] = src
-        result.update(changed=False, changes=[], commit=None, dirty=None, dest=args["dest"])
+        result.update(changed=False, changes=[], commit=None, dirty=None, dirty_files=None, uses_wandb=False,
+                      dest=args["dest"])
         if not os.path.isdir(src):
             return dict(result, failed=True, msg="src %s is not a directory on the controller: give the code "
                                                  "directory (launch_src)" % src)
@@ -88,7 +98,15 @@ class ActionModule(DocumentedAction):
         if missing:
             return dict(result, failed=True,
                         msg="lib_files %s are not files of %s" % (", ".join(missing), MODULE_UTILS))
-        result["commit"], result["dirty"] = git_state(src)
+        result["commit"], result["dirty"], result["dirty_files"] = git_state(src, exclude=args["exclude"])
+        crlf = code_check.crlf_files(src, code_check.scripts(src, args["command"], args["exclude"]))
+        if crlf:
+            return dict(result, failed=True, crlf_files=crlf, msg=code_check.crlf_message(src, crlf))
+        result["uses_wandb"] = code_check.uses_wandb(src, args["exclude"])
+        if result["dirty"]:
+            if args["require_clean"]:
+                return dict(result, failed=True, msg=code_check.dirty_message(src, result["dirty_files"], True))
+            result["warnings"] = [code_check.dirty_message(src, result["dirty_files"], False)]
         target = rsync.Target.from_connection(self._connection, task_vars)
         if target.is_local and overlap(src, args["dest"]):
             return dict(result, failed=True, msg="dest %s and src %s are the same directory or one holds the other: "

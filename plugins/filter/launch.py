@@ -77,8 +77,11 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None):
         record = None
     if isinstance(record, dict) and record.get("tree_sha256"):
         torch = torch_summary(record.get("torch"))
-        line += " (code %s, commit %s%s)" % (record["tree_sha256"][:12], record.get("commit") or "none",
-                                             ", " + torch if torch else "")
+        dirty = record.get("dirty_files") if isinstance(record.get("dirty_files"), list) else []
+        line += " (code %s, commit %s%s%s)" % (
+            record["tree_sha256"][:12], record.get("commit") or "none",
+            " with %d uncommitted file(s)" % len(dirty) if record.get("dirty") is True else "",
+            ", " + torch if torch else "")
     return line
 
 

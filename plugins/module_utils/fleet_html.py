@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import datetime
 import html
+import json
 import math
+import os
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import number as _num
 
 MAX_POINTS = 288
@@ -453,11 +456,87 @@ def _gone(gone, now):
             'in the history directory</p><ul>%s</ul></section>' % items)
 
 
+PULL_VERIFIED = "PULL_VERIFIED.json"
+MAX_PULLED_RUNS = 50  # per host
+MAX_VERIFIED_BYTES = 16 << 20
+
+
+def curves_of(verified):
+    """What a verified pull holds of the run's record (PULL_VERIFIED.json's ``files``): the items whose TensorBoard
+    events it holds (``durable/<item>/tb/...``), the number of event files, and the wandb runs it holds
+    (``durable/<item>/wandb/wandb/<offline-run-...>/``, relative to ``durable/``) -> (items, count, runs), sorted."""
+    items, count, runs = set(), 0, set()
+    for entry in (verified or {}).get("files") or []:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        parts = path.split("/") if isinstance(path, str) else []
+        if len(parts) < 4 or parts[0] != "durable" or ".." in parts or "" in parts:
+            continue
+        if parts[2] == "tb":
+            items.add(parts[1])
+            count += 1
+        elif parts[2:4] == ["wandb", "wandb"] and len(parts) >= 6 and parts[4].startswith("offline-run-"):
+            runs.add("/".join(parts[1:5]))
+    return sorted(items), count, sorted(runs)
+
+
+def pulled_curves(pull_root, hosts, base):
+    """The TensorBoard curves (and offline wandb runs) that teardown pulled and verified, per host: ``{host: [{"run",
+    "items", "files", "wandb_runs", "logdir", "href"}]}`` from each ``<pull_root>/<host>/<run>/PULL_VERIFIED.json`` (read with safe_read, bounded;
+    a missing, torn or foreign file is skipped). ``logdir`` is the directory to give ``tensorboard --logdir``
+    (``<run>/data/durable``, one TensorBoard run per item: ``<item>/tb``), ``href`` the same relative to ``base``, the
+    page's directory; ``wandb_runs`` the offline runs' directories, relative to ``logdir``."""
+    found = {}
+    for host in sorted(hosts or ()):
+        if not isinstance(host, str) or not host or "/" in host or host in (".", ".."):
+            continue
+        host_dir = os.path.join(pull_root, host)
+        try:
+            runs = sorted(name for name in os.listdir(host_dir) if not name.startswith("."))[:MAX_PULLED_RUNS]
+        except OSError:
+            continue
+        for run in runs:
+            text = safe_read.read_text(os.path.join(host_dir, run, PULL_VERIFIED), MAX_VERIFIED_BYTES)
+            try:
+                verified = json.loads(text) if text else None
+            except ValueError:
+                verified = None
+            items, count, wandb_runs = curves_of(verified if isinstance(verified, dict) else None)
+            if not count and not wandb_runs:
+                continue
+            logdir = os.path.join(host_dir, run, "data", "durable")
+            found.setdefault(host, []).append({"run": run, "items": items, "files": count, "logdir": logdir,
+                                               "wandb_runs": wandb_runs,
+                                               "href": os.path.relpath(logdir, base).replace(os.sep, "/") + "/"})
+    return found
+
+
+def _pulled(pulled):
+    if not pulled:
+        return ""
+    rows = []
+    for host in sorted(pulled):
+        for run in pulled[host]:
+            wandb = ""
+            if run["wandb_runs"]:
+                dirs = run["wandb_runs"] if len(run["wandb_runs"]) <= 10 else ["*/wandb/wandb/offline-run-*"]
+                wandb = ' <span data-wandb="%d">%d offline wandb run(s): <code>wandb sync %s</code></span>' % (
+                    len(run["wandb_runs"]), len(run["wandb_runs"]),
+                    esc(" ".join("%s/%s" % (run["logdir"], rel) for rel in dirs)))
+            rows.append('<li data-pulled="%s/%s"><b>%s</b> %s: %d event file(s) of item(s) %s, verified: '
+                        '<a href="%s">%s</a> <code>tensorboard --logdir %s</code>%s</li>' % (
+                            esc(host), esc(run["run"]), esc(host), esc(run["run"]), run["files"],
+                            esc(", ".join(run["items"]) or "-"), esc(run["href"]), esc(run["logdir"]),
+                            esc(run["logdir"]), wandb))
+    return ('<h2>Pulled curves</h2><section class="pulled"><p class="muted">TensorBoard events and offline wandb runs '
+            'that teardown pulled and verified (PULL_VERIFIED.json); they outlive the box</p><ul>%s</ul></section>' % "".join(rows))
+
+
 def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, warn_pct=85, fail_pct=95, inventory=None,
-           source=None):
+           source=None, pulled=None):
     """The dashboard page (text) of ``fleet`` ({host: history records sorted by time}) at epoch ``now``, titled
     ``title`` (the fleet's name); with ``inventory`` (host names), cards for those hosts only and the others under
-    "Gone"; ``source`` names the run that wrote the page (patrol, preflight)."""
+    "Gone"; ``source`` names the run that wrote the page (patrol, preflight); ``pulled`` (:func:`pulled_curves`)
+    links the TensorBoard curves that teardown pulled."""
     views = fleet_views(fleet, now, window, inventory)
     gone = gone_hosts(fleet, now, window, inventory)
     total = summary(views, now)
@@ -490,11 +569,11 @@ def render(fleet, now, title="fleet", clocks=(), warnings=(), window=WINDOW, war
             "<title>%s: %d host(s)</title><style>%s</style></head><body>"
             "<h1>%s</h1><p class=\"muted\">generated %s%s; charts over the last %s</p>%s"
             "<h2>Fleet</h2><section class=\"summary\">%s</section><h2>Hosts</h2><section class=\"grid\">%s</section>"
-            "%s<footer class=\"muted\">%s remote_gpu.trainer fleet dashboard</footer></body></html>\n" % (
+            "%s%s<footer class=\"muted\">%s remote_gpu.trainer fleet dashboard</footer></body></html>\n" % (
                 esc(title), len(views), CSS, esc(title), esc(utc(now)), " by %s" % esc(source) if source else "",
                 esc(ago(window)), _alerts(views, clocks, now), summary_html,
                 "".join(_card(view, now, warn_pct, fail_pct) for view in views) or "<p>no history yet</p>",
-                _gone(gone, now), warn_html))
+                _gone(gone, now), _pulled(pulled), warn_html))
 
 
 def index(fleet, now, files=None, window=WINDOW, inventory=None, title=None):

@@ -17,8 +17,9 @@ wrapper calls with the profile's interpreter::
 
 On-box layout added by launch (inside the detached job's directory ``<run_dir>/<name>/``)::
 
-    code.json                 {"commit", "dirty", "tree_sha256", "files", "bytes", "src", "dest", "torch"}: the code
-                              that ran, and "torch": the torch version and CUDA build of the job's interpreter
+    code.json                 {"commit", "dirty", "dirty_files", "tree_sha256", "files", "bytes", "src", "dest",
+                              "torch"}: the code that ran ("dirty_files": the uncommitted files of the pushed
+                              tree, push_code's; null when git could not tell), and "torch": the torch version and CUDA build of the job's interpreter
                               (--python: <launch_env_prefix>/bin/python, else the profile's), read from its
                               torch/version.py without importing torch (torch_build.py; a record with "reason"
                               when torch is not installed there or the probe failed)
@@ -94,12 +95,13 @@ def assign(queue, hosts):
 
 
 def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=(),
-                 min_seconds=None, min_seconds_fail=False):
+                 min_seconds=None, min_seconds_fail=False, tensorboard_dir="", protocol_dir="", wandb_dir=""):
     """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each
     with its output directory and durable destination (None when the sync is off), the length of the whole
     queue, and ``min_seconds`` (launch_min_seconds: an item that exits 0 sooner is too fast, jobs.mark_too_fast;
-    0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN). Deterministic: the same
-    launch gives the same record."""
+    0 or None: not checked) with ``min_seconds_fail`` (its finding is a FAIL, not a WARN), and the run's record
+    directories that each item's sync copies (``tensorboard_dir``: launch_tensorboard_dir, ``protocol_dir``:
+    launch_protocol_dir; ``wandb_dir``: launch_wandb_dir; None when empty). Deterministic: the same launch gives the same record."""
     if not isinstance(queue_length, int) or queue_length < len(items):
         raise ValueError("queue_length %r is less than the %d item(s) of this host" % (queue_length, len(items)))
     if min_seconds is not None and (isinstance(min_seconds, bool) or not isinstance(min_seconds, int)
@@ -112,9 +114,69 @@ def queue_record(items, name, host, run_id, queue_length, output_root, durable_r
         "output_root": output_root, "durable_root": durable_root or None,
         "best": list(best or ()), "scratch": list(scratch or ()),
         "min_seconds": min_seconds or 0, "min_seconds_fail": bool(min_seconds_fail),
+        "tensorboard_dir": _record_dir(tensorboard_dir, "launch_tensorboard_dir"),
+        "protocol_dir": _record_dir(protocol_dir, "launch_protocol_dir"),
+        "wandb_dir": _record_dir(wandb_dir, "launch_wandb_dir"),
         "items": [{"item": row["item"], "arg": row["arg"], "output_dir": "%s/%s" % (output_root, row["item"]),
                    "sync_dest": "%s/%s" % (durable_root, row["item"]) if durable_root else None} for row in items],
     }
+
+
+def _record_dir(path, variable):
+    """A record directory of the queue record: an absolute path without its trailing ``/``, or None when empty."""
+    if not path:
+        return None
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path or "\n" in path:
+        raise ValueError("%s must be an absolute path or empty, got %r" % (variable, path))
+    return path.rstrip("/") or "/"
+
+
+# The run's record, synced with each item's best files: (the label, which is also the subdirectory of the item's
+# durable copy, the queue record's key). TensorBoard events first, then the protocol (configs and notes), then the
+# item's wandb directory ($WANDB_DIR: its offline runs, which `wandb sync` uploads later).
+RECORD_DIRS = (("tb", "tensorboard_dir"), ("protocol", "protocol_dir"), ("wandb", "wandb_dir"))
+
+
+def record_sources(item, tensorboard_dir=None, protocol_dir=None, has_files=None, wandb_dir=None):
+    """The run's record directories that an item's sync copies -> ``[(label, src)]``.
+
+    ``tb``: the item's own TensorBoard subtree ``<tensorboard_dir>/<item>`` when the item wrote there
+    (``$TRAINER_TB_DIR/$TRAINER_ITEM``), else the whole ``tensorboard_dir`` (the events cannot be told apart);
+    ``protocol``: the whole ``protocol_dir``; ``wandb``: the item's ``<wandb_dir>/<item>`` (its ``$WANDB_DIR``, which
+    the run wrapper sets), never the whole directory. A directory that holds no file (missing, or empty: the job writes no
+    events or no protocol) is left out; so is an empty setting. ``has_files(path)`` is for tests."""
+    has_files = has_files or _has_files
+    found = []
+    if tensorboard_dir:
+        own = os.path.join(tensorboard_dir, item)
+        if has_files(own):
+            found.append(("tb", own))
+        elif has_files(tensorboard_dir):
+            found.append(("tb", tensorboard_dir))
+    if protocol_dir and has_files(protocol_dir):
+        found.append(("protocol", protocol_dir))
+    if wandb_dir and has_files(os.path.join(wandb_dir, item)):
+        found.append(("wandb", os.path.join(wandb_dir, item)))
+    return found
+
+
+def _has_files(path):
+    """True when the directory ``path`` holds a file anywhere below it."""
+    if not os.path.isdir(path):
+        return False
+    for _current, _dirs, names in os.walk(path):
+        if names:
+            return True
+    return False
+
+
+def record_dirs(queue):
+    """``{"tensorboard_dir", "protocol_dir", "wandb_dir"}`` of a queue record (launch's, trusted): each an absolute path or None."""
+    found = {}
+    for _label, key in RECORD_DIRS:
+        value = (queue or {}).get(key)
+        found[key] = value if isinstance(value, str) and value.startswith("/") else None
+    return found
 
 
 def assignment_table(rows):
@@ -196,10 +258,12 @@ def prune(output_dir, patterns, keep):
     return removed
 
 
-def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
+def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None, records=()):
     """Sync the files matching ``best`` (and the item's log, ITEM_LOG, when it is there) from ``output_dir`` to
-    ``sync_dest``, verified; prune ``scratch`` only after that. Updates ``status`` (exit_code, state, synced,
-    unsynced, sync_error, pruned) -> True when every file is durable."""
+    ``sync_dest``, verified, then each of ``records`` (``[(label, src)]``, record_sources: the run's TensorBoard
+    events and protocol) whole to ``<sync_dest>/<label>/``, verified the same way (its files are listed in
+    ``synced`` as ``<label>/<path>``); prune ``scratch`` only after that. Updates ``status`` (exit_code, state,
+    synced, unsynced, sync_error, pruned) -> True when every file is durable."""
     sync = sync or sync_core.sync
     include = list(best) + ([ITEM_LOG] if os.path.isfile(os.path.join(output_dir, ITEM_LOG)) else [])
     params = {"src": output_dir, "dest": sync_dest, "include": include, "min_free_inodes": 0, "reserve_bytes": 0}
@@ -216,7 +280,18 @@ def sync_outputs(status, output_dir, sync_dest, best, scratch, sync=None):
         status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, sync_error=result["msg"],
                       synced=list(result.get("copied") or []), unsynced=[rel for rel in wanted if rel not in durable])
         return False
-    status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, synced=result["files"], unsynced=[])
+    files = list(result["files"])
+    for label, src in records:
+        failed, extra = sync(sync_core.Params({"src": src, "dest": os.path.join(sync_dest, label), "include": [],
+                                               "min_free_inodes": 0, "reserve_bytes": 0}))
+        if failed:  # the best files are durable; the record is not (a relaunch retries the sync)
+            status.update(exit_code=1, state=job_layout.STATE_SYNC_FAILED, unsynced=[],
+                          sync_error="the %s record %s: %s" % (label, src, extra["msg"]),
+                          synced=files + [dict(entry, path="%s/%s" % (label, entry["path"]))
+                                          for entry in extra.get("copied") or []])
+            return False
+        files += [dict(entry, path="%s/%s" % (label, entry["path"])) for entry in extra["files"]]
+    status.update(exit_code=0, state=job_layout.STATE_DONE, sync_error=None, synced=files, unsynced=[])
     keep = set(entry["path"].split("/")[0] for entry in result["files"])
     status["pruned"] = prune(output_dir, scratch, keep)
     return True
@@ -234,7 +309,7 @@ def matching_files(root, patterns):
 
 
 def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), scratch=(), arg=None, code=None,
-                host=None, sync=None, log_path=None):
+                host=None, sync=None, log_path=None, tensorboard_dir=None, protocol_dir=None, wandb_dir=None):
     """What the run wrapper records when an item's command has ended -> (status dict, line to print).
 
     On exit code 0 with ``sync_dest`` and ``best`` patterns: the item's part of ``log_path`` is written to
@@ -243,7 +318,9 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
     then are the ``scratch`` entries of ``output_dir`` pruned (never a synced file) and the success line returned.
     A failed sync (including one where ``best`` selects no file) gives the state ``sync_failed``: ``exit_code`` 1,
     ``command_exit_code`` 0, ``sync_error`` the reason and ``unsynced`` the files that are not durable; a relaunch
-    then retries only the sync (:func:`resync_item`). ``sync`` is the sync function (tests).
+    then retries only the sync (:func:`resync_item`). The run's TensorBoard events and protocol
+    (``tensorboard_dir``, ``protocol_dir``; :func:`record_sources`) are synced with the best files, verified, to
+    ``<sync_dest>/tb/`` and ``<sync_dest>/protocol/``. ``sync`` is the sync function (tests).
     """
     status = provisional_status(item, exit_code, started, output_dir, arg=arg, code=code, host=host,
                                 sync_dest=sync_dest, best=best, scratch=scratch)
@@ -257,7 +334,9 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
         status["sync_dest"] = sync_dest
         if log_path:
             write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
-        line = _sync_line(item, status, sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync))
+        records = record_sources(item, tensorboard_dir, protocol_dir, wandb_dir=wandb_dir)
+        synced = sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync, records=records)
+        line = _sync_line(item, status, synced)
     status["finished"] = job_layout.now_iso()
     return status, line
 
@@ -309,8 +388,16 @@ def resync_item(status_file, sync=None):
         return status, "==== trainer: item %s is not synced: %s ====" % (item, problem)
     if isinstance(output_dir, str) and not os.path.exists(os.path.join(output_dir, ITEM_LOG)):
         write_item_log(job_log_path(status_file), item, os.path.join(output_dir, ITEM_LOG))
-    synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync)
+    dirs = record_dirs(_queue_of(status_file))
+    records = record_sources(item, dirs["tensorboard_dir"], dirs["protocol_dir"], wandb_dir=dirs["wandb_dir"])
+    synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync, records=records)
     return status, _sync_line(item, status, synced)
+
+
+def _queue_of(status_file):
+    """The queue record of the job that holds ``items/<id>/status.json``, or None."""
+    job_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(status_file))))
+    return job_layout.read_queue(job_layout.job_paths(os.path.dirname(job_dir), os.path.basename(job_dir)))[0]
 
 
 def _strings(value):
@@ -335,6 +422,22 @@ def recorded_problem(status_file, item, output_dir, sync_dest, best):
     return None
 
 
+# At most this many uncommitted files are named in code.json ("dirty_files"); "dirty" stays true with more.
+MAX_DIRTY_FILES = 1000
+
+
+def dirty_files(text):
+    """The uncommitted files of the pushed tree (push_code's ``dirty_files``, as JSON text) -> a list of at most
+    MAX_DIRTY_FILES paths, or None when git could not tell (empty text, null, not a list)."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return [entry for entry in value if isinstance(entry, str)][:MAX_DIRTY_FILES]
+
+
 def cli(argv=None):
     parser = argparse.ArgumentParser(prog="launch", description="remote_gpu.trainer launch helpers (on the box)")
     sub = parser.add_subparsers(dest="cmd")
@@ -343,6 +446,7 @@ def cli(argv=None):
     p_code.add_argument("--out", required=True)
     p_code.add_argument("--commit", default="")
     p_code.add_argument("--dirty", default="")
+    p_code.add_argument("--dirty-files", default="", help="the uncommitted files of the pushed tree, a JSON list")
     p_code.add_argument("--src", default="")
     p_code.add_argument("--python", default="", help="the job's interpreter, whose torch build is recorded "
                                                      "(default: this interpreter)")
@@ -361,6 +465,9 @@ def cli(argv=None):
     p_finish.add_argument("--scratch", action="append", default=[])
     p_finish.add_argument("--code", default="")
     p_finish.add_argument("--host", default=None)
+    p_finish.add_argument("--tb-dir", default="")
+    p_finish.add_argument("--protocol-dir", default="")
+    p_finish.add_argument("--wandb-dir", default="")
     p_resync = sub.add_parser("resync", help="retry only the sync of an item that trained but failed to sync; "
                                              "exit 0 when it is now done, 1 when it still fails, 3 when the item is "
                                              "not in that state (run its command)")
@@ -370,6 +477,7 @@ def cli(argv=None):
     if args.cmd == "code":
         record = tree_checksum(args.root)
         record.update(commit=args.commit or None, dirty={"true": True, "false": False}.get(args.dirty),
+                      dirty_files=dirty_files(args.dirty_files),
                       src=args.src or None, dest=os.path.abspath(args.root),
                       torch=torch_build.probe(args.python or sys.executable, cwd=args.root))
         changed = job_layout.read_record(args.out) != record
@@ -391,7 +499,9 @@ def cli(argv=None):
             sync_dest=args.sync_dest, best=args.best if args.sync_dest else (), scratch=args.scratch))
         status, line = finish_item(args.item, args.exit_code, args.started, args.output_dir,
                                    sync_dest=args.sync_dest or None, best=args.best, scratch=args.scratch,
-                                   arg=args.arg, code=code, host=host, log_path=job_log_path(args.status))
+                                   arg=args.arg, code=code, host=host, log_path=job_log_path(args.status),
+                                   tensorboard_dir=args.tb_dir or None, protocol_dir=args.protocol_dir or None,
+                                   wandb_dir=args.wandb_dir or None)
         job_layout.write_status(args.status, status)
         sys.stdout.write(line + "\n")
         sys.stdout.flush()

@@ -96,8 +96,11 @@ def job_env_lines(env_prefix="", conda_activate=False, threads=None):
 
 
 def run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
-                  lib_dir, env_prefix="", conda_activate=False, threads=None):
-    """The run wrapper: ``run-item-<sha>.sh ITEM_ID ARGUMENT`` runs one queue item, then the finish step."""
+                  lib_dir, env_prefix="", conda_activate=False, threads=None, tensorboard_dir="", protocol_dir="",
+                  wandb_dir=""):
+    """The run wrapper: ``run-item-<sha>.sh ITEM_ID ARGUMENT`` runs one queue item, then the finish step (which
+    also syncs the run's record: ``tensorboard_dir``, ``protocol_dir`` and the item's ``$WANDB_DIR``,
+    ``<wandb_dir>/<item>``, when set)."""
     lines = [
         "#!/usr/bin/env bash",
         "# Run wrapper of job %s, written by the remote_gpu.trainer launch role. Never edited in place: a changed"
@@ -137,6 +140,11 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
         "printf '%s\\n' \"$STARTED\" > \"$ITEM_DIR/started\"",
         "printf '==== trainer: item %s started %s: %s ====\\n' \"$ID\" \"$STARTED\" \"$ARG\"",
         'export TRAINER_ITEM="$ID" TRAINER_ITEM_ARG="$ARG" TRAINER_OUTPUT_DIR="$OUT" TRAINER_RUN_ID=%s' % q(run_id),
+    ] + ([
+        "# wandb writes the item's runs (offline ones included) here; the finish step syncs them with the best files",
+        'export WANDB_DIR=%s/"$ID"' % q(wandb_dir),
+        'mkdir -p "$WANDB_DIR" || echo "==== trainer: cannot create $WANDB_DIR ===="',
+    ] if wandb_dir else []) + [
         "",
         'SIG=""',
         "trap 'SIG=143' TERM",
@@ -164,6 +172,8 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
     ]
     lines += ['    set -- "$@" --best %s' % q(pattern) for pattern in _as_list(best)]
     lines += ['    set -- "$@" --scratch %s' % q(pattern) for pattern in _as_list(scratch)]
+    records = (("--tb-dir", tensorboard_dir), ("--protocol-dir", protocol_dir), ("--wandb-dir", wandb_dir))
+    lines += ['    set -- "$@" %s %s' % (flag, q(path)) for flag, path in records if path]
     lines += [
         "fi",
         "# The finish step writes the item's status (job_layout.write_status) before anything that can fail.",
@@ -284,7 +294,8 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
 
 
 def scripts(items, name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
-            lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None, gate=None):
+            lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None, gate=None,
+            tensorboard_dir="", protocol_dir="", wandb_dir=""):
     """Both scripts of one host -> [{kind, path, text}] (run-item first); the queue names the run wrapper
     by its versioned path."""
     if conda_activate and not env_prefix:
@@ -292,7 +303,8 @@ def scripts(items, name, host, command, dest, output_root, durable_root, run_id,
     if env_prefix and not env_prefix.startswith("/"):
         raise ValueError("env_prefix %r must be an absolute path" % env_prefix)
     run_item = run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir,
-                             python, lib_dir, env_prefix, conda_activate, threads)
+                             python, lib_dir, env_prefix, conda_activate, threads, tensorboard_dir, protocol_dir,
+                             wandb_dir)
     run_item_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("run-item", run_item))
     queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval, gate)
     queue_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("queue", queue))

@@ -156,7 +156,15 @@ options:
         age, GPU, disks, price), trend charts over the last O(chart_days) days (one per job of the host, so two
         experiments on one box are two lines), the fleet summary (verdicts, queue completion, estimated finish,
         money spent and burning per hour) and, on top, the danger clocks and C(idle_billing) hosts.
+      - Under C(Pulled curves), a link to the TensorBoard events that teardown pulled and verified for each host
+        and run (see O(pull_root)), with the C(tensorboard --logdir) command that shows them.
     type: path
+  pull_root:
+    description:
+      - Where teardown pulls (its C(teardown_pull_root)); the dashboard links the TensorBoard events listed in each
+        C(<pull_root>/<host>/<run>/PULL_VERIFIED.json) of the inventory's hosts. Empty links none.
+    type: path
+    default: pulls
   chart_days:
     description: Days of history the dashboard's charts show.
     type: int

@@ -21,7 +21,12 @@ description:
     box) into O(lib_dest), in the same task.
   - Reports changed only when rsync transferred or deleted something.
   - Records the commit of O(src) and whether its work tree has uncommitted changes (C(git rev-parse HEAD),
-    C(git status --porcelain) on the controller); both are null when O(src) is not a git work tree.
+    C(git status --porcelain) on the controller), with the files that have them; all are null when O(src) is not a
+    git work tree. Uncommitted changes give a warning that names the files; with O(require_clean) they fail the
+    task before anything is pushed.
+  - Refuses, before anything is pushed, when a script has CRLF (Windows) line endings, which bash on the box reads
+    as part of each command (C(command not found) at the first line); it checks every C(*.sh) file of O(src)
+    (outside C(.git) and O(exclude)) and every file of O(src) that O(command) names.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes
   - remote_gpu.trainer.attributes.platform
@@ -60,6 +65,16 @@ options:
     type: list
     elements: str
     default: []
+  require_clean:
+    description: Fail, before anything is pushed, when the work tree of O(src) has uncommitted changes.
+    type: bool
+    default: false
+  command:
+    description:
+      - The job's command (C(launch_command)); the files of O(src) that its words name (C(train.sh),
+        C(scripts/run.sh), C(src/train.py)) are checked for CRLF line endings with the C(*.sh) files.
+    type: str
+    default: ""
   timeout:
     description: Seconds allowed for each rsync, more than 0; a timed-out push resumes on the next run (C(--partial)).
     type: int
@@ -77,6 +92,8 @@ EXAMPLES = r"""
     src: "{{ playbook_dir }}/.."
     dest: /root/autodl-tmp/code/train
     exclude: [.git, data/]
+    command: bash train.sh
+    require_clean: true
   register: push
 """
 
@@ -97,6 +114,27 @@ dirty:
   type: bool
   returned: always
   sample: false
+dirty_files:
+  description: The files of O(src) with uncommitted changes, as C(git status --porcelain) names them (modified,
+    staged, deleted, untracked); null when O(src) is not a git work tree.
+  type: list
+  elements: str
+  returned: always
+  sample: [train.py, notes.txt]
+uses_wandb:
+  description:
+    - Whether the code uses Weights & Biases, a dependency file at the top of O(src) (C(requirements*.txt),
+      C(pyproject.toml), ...) naming C(wandb), or a Python file importing it; launch warns when such code would run
+      wandb online without C(WANDB_API_KEY).
+  type: bool
+  returned: always
+  sample: true
+crlf_files:
+  description: The scripts with CRLF line endings that made the task fail, relative to O(src).
+  type: list
+  elements: str
+  returned: when a script has CRLF line endings
+  sample: [train.sh]
 dest:
   description: Where the code landed on the box.
   type: str

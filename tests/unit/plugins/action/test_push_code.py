@@ -91,14 +91,63 @@ def test_git_state_is_recorded(tmp_path):
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     subprocess.run(git + ["init", "-q"], check=True)
     (repo / "a").write_text("a")
-    assert push_code.git_state(str(repo)) == (None, True)  # no commit yet: the dirty state is still known
+    assert push_code.git_state(str(repo)) == (None, True, ["a"])  # no commit yet: the dirty state is still known
     subprocess.run(git + ["add", "a"], check=True)
     subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
     head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    assert push_code.git_state(str(repo)) == (head, False)
+    assert push_code.git_state(str(repo)) == (head, False, [])
     (repo / "b").write_text("b")
-    assert push_code.git_state(str(repo)) == (head, True)
-    assert push_code.git_state(str(tmp_path)) == (None, None)
+    (repo / "a").write_text("changed")
+    assert push_code.git_state(str(repo)) == (head, True, ["a", "b"])
+    assert push_code.git_state(str(tmp_path)) == (None, None, None)
+    # a pushed subdirectory: only its own changes, relative to it, and never what the push leaves out
+    (repo / "sub" / "pulls").mkdir(parents=True)
+    (repo / "sub" / "pulls" / "x").write_text("pulled")
+    (repo / "sub" / "t.py").write_text("t")
+    assert push_code.git_state(str(repo / "sub"), exclude=["/pulls/"]) == (head, True, ["t.py"])
+
+
+def _repo(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (repo / "train.sh").write_text("echo hi\n")
+    subprocess.run(git + ["add", "train.sh"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    return repo
+
+
+def test_a_dirty_tree_is_pushed_with_a_warning_naming_its_files(tmp_path):
+    repo = _repo(tmp_path)
+    (repo / "train.sh").write_text("echo changed\n")
+    (tmp_path / "box").mkdir()
+    result = run_push({"src": str(repo), "dest": str(tmp_path / "box" / "code")})
+    assert not result.get("failed"), result
+    assert (result["dirty"], result["dirty_files"]) == (True, ["train.sh"])
+    (warning,) = result["warnings"]
+    assert "uncommitted changes in 1 file(s): train.sh" in warning and "launch_require_clean" in warning
+    assert (tmp_path / "box" / "code" / "train.sh").read_text() == "echo changed\n"
+
+
+def test_require_clean_refuses_a_dirty_tree_before_anything_is_pushed(tmp_path):
+    repo = _repo(tmp_path)
+    (repo / "notes.txt").write_text("n")
+    result = run_push({"src": str(repo), "dest": str(tmp_path / "box" / "code"), "require_clean": True})
+    assert result["failed"] and "notes.txt" in result["msg"] and "Nothing was pushed" in result["msg"]
+    assert not (tmp_path / "box").exists()
+    clean = _repo(tmp_path / "other")
+    (tmp_path / "box2").mkdir()
+    result = run_push({"src": str(clean), "dest": str(tmp_path / "box2" / "code"), "require_clean": True})
+    assert not result.get("failed") and result["dirty_files"] == [], result
+
+
+def test_a_script_with_crlf_line_endings_is_refused_before_anything_is_pushed(src, tmp_path):
+    (src / "run.sh").write_bytes(b"#!/bin/bash\r\necho hi\r\n")
+    result = run_push({"src": str(src), "dest": str(tmp_path / "box" / "code")})
+    assert result["failed"] and result["crlf_files"] == ["run.sh"]
+    assert "CRLF" in result["msg"] and "$'\\r': command not found" in result["msg"]
+    assert not (tmp_path / "box").exists()
 
 
 def test_missing_src_fails_with_what_to_do(tmp_path):
