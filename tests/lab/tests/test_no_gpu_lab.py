@@ -137,9 +137,11 @@ def test_launch_applies_the_environment_and_starts_the_queue_only_when_asked(fle
     assert fleet.ssh("lab-01", "ls ~/.trainer/jobs/train/status.json ~/no-gpu-runs.log", check=False).returncode != 0
     assert fleet.ssh("lab-01", "test -f /root/autodl-tmp/code/train/train.sh").returncode == 0  # the code is there
 
-    # a pylock.toml, and launch_no_gpu_ok: the queue runs on the CPU (data preparation)
+    # a pylock.toml, and launch_no_gpu_ok: the queue runs on the CPU (data preparation); the other environment
+    # roles did their part above
     proc = playbook(fleet, box, "launch.yml", "-l", "lab-01",
-                    variables=dict(common, pip_filtered_requirements=str(box / "pylock.toml"), launch_no_gpu_ok=True))
+                    variables=dict(common, pip_filtered_requirements=str(box / "pylock.toml"), launch_no_gpu_ok=True,
+                                   launch_roles=["pip_filtered"]))
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     out = " ".join(proc.stdout.split())
     assert "filtered out of pylock.toml: torch==2.0.0; the image" in out and "stays (torch 2.5.1)" in out, out
