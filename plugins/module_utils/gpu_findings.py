@@ -332,9 +332,9 @@ def gpu_absent(error):
 def environment_only(error, options):
     """The INFO finding of a box declared GPU-less (``environment_only``) whose nvidia-smi finds none: environment
     work (pip, data preparation) may run there; training may not (AutoDL's no-GPU mode, 无卡模式)."""
+    facts = (error.get("meaning"), error.get("kind"), error.get("rc"), error.get("evidence") or "no output")
     message = ("no GPU: environment-only mode (this host is declared GPU-less, trainer_gpu_expected: false, and "
-               "nvidia-smi says so: %s (%s; exit %s): %s)" % (error.get("meaning"), error.get("kind"), error.get("rc"),
-                                                             error.get("evidence") or "no output"))
+               "nvidia-smi says so: %s (%s; exit %s): %s)" % facts)
     action = ("Nothing to do for environment work (pip_filtered, data preparation): launch applies the environment "
               "roles and starts no queue unless launch_no_gpu_ok is true. To train, restart the box with its GPUs "
               "and set trainer_gpu_expected back to true.")
