@@ -148,7 +148,7 @@ def test_launch_applies_the_environment_and_starts_the_queue_only_when_asked(fle
     assert installed(fleet, "torch", "lockpkg") == {"torch": "2.5.1", "lockpkg": "2.0"}
     assert "environment-only mode: the environment is applied" not in out
     status = None
-    for _ in range(120):
+    for _attempt in range(120):
         status = fleet.ssh("lab-01", "cat ~/.trainer/jobs/train/status.json 2>/dev/null || true").stdout
         if status.strip():
             break
