@@ -59,15 +59,19 @@ def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_di
         raise AnsibleFilterError("launch_onstart: %s" % exc)
 
 
-def launch_report(items, host, probe=None, pending=(), job=None, code=None):
+def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False):
     """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
-    job_status, detached_job and the code.json step (skipped or absent ones are fine)."""
+    job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
+    is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok)."""
     ids = [row["item"] for row in items or ()]
     if not ids:
         return "%s: no items" % host
     running = [job_ for job_ in (probe or {}).get("jobs") or () if job_.get("alive")]
     if running:
         return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
+    if environment_only is True:
+        return ("%s: no GPU: environment-only mode: the environment is applied, the queue is not started (items %s; "
+                "launch_no_gpu_ok=true runs launch_command without a GPU)" % (host, " ".join(ids)))
     if not pending:
         return "%s: all %d item(s) done, not started" % (host, len(ids))
     line = "%s: %s; pending items %s" % (host, (job or {}).get("msg") or "not started", " ".join(pending))

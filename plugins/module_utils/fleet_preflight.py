@@ -31,8 +31,16 @@ ONE_PROBE = "preflight_probe"
 FINDINGS_ORDER = ("gpu", "storage", "env")
 
 
-def gpu_summary(gpus):
-    """'8x NVIDIA H100 80GB HBM3' (several models joined with ' + '); '-' when none."""
+# The GPUS column of a host in environment-only mode (declared GPU-less and without a GPU: gpu_health's
+# environment_only)
+ENVIRONMENT_ONLY = "no GPU: environment-only mode"
+
+
+def gpu_summary(gpus, environment_only=False):
+    """'8x NVIDIA H100 80GB HBM3' (several models joined with ' + '); '-' when none, ENVIRONMENT_ONLY when the GPU
+    check found the box in environment-only mode."""
+    if environment_only is True:
+        return ENVIRONMENT_ONLY
     counts = {}
     for gpu in gpus if isinstance(gpus, list) else []:
         if not isinstance(gpu, dict):
@@ -90,10 +98,11 @@ def _row(host, record, findings):
     top = findings[0] if findings and rank(findings[0].get("level")) > 0 else None
     data = fleet_table.usage_of(record.get("storage"), record.get("data_dir"))
     durable = fleet_table.usage_of(record.get("storage"), record.get("durable_dir"))
+    gpu = record.get("gpu") if isinstance(record.get("gpu"), dict) else {}
     return {
         "host": host,
         "platform": record.get("platform") or "-",
-        "gpus": gpu_summary((record.get("gpu") or {}).get("gpus")),
+        "gpus": gpu_summary(gpu.get("gpus"), gpu.get("environment_only")),
         "verdict": worst(findings),
         "data_bytes_pct": data.get("bytes_pct"),
         "data_inodes_pct": data.get("inodes_pct"),

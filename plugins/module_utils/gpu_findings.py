@@ -318,6 +318,31 @@ def driver_unavailable(error, options, gpu=None):
     return found
 
 
+# What nvidia-smi says on a box that has no GPU at all (no binary, no driver, no device): the only failures that a box
+# declared GPU-less (environment_only) may show without a FAIL. Any other failure (a library mismatch, a lost GPU,
+# an unsupported GPU, an unknown exit) is evidence of a GPU that is there and broken, so it stays driver_unavailable.
+GPU_ABSENT_KINDS = ("command_not_found", "no_driver", "no_devices")
+
+
+def gpu_absent(error):
+    """Whether a classify_error() dict says that the box has no GPU at all (not that a GPU is broken)."""
+    return isinstance(error, dict) and error.get("kind") in GPU_ABSENT_KINDS
+
+
+def environment_only(error, options):
+    """The INFO finding of a box declared GPU-less (``environment_only``) whose nvidia-smi finds none: environment
+    work (pip, data preparation) may run there; training may not (AutoDL's no-GPU mode, 无卡模式)."""
+    facts = (error.get("meaning"), error.get("kind"), error.get("rc"), error.get("evidence") or "no output")
+    message = ("no GPU: environment-only mode (this host is declared GPU-less, trainer_gpu_expected: false, and "
+               "nvidia-smi says so: %s (%s; exit %s): %s)" % facts)
+    action = ("Nothing to do for environment work (pip_filtered, data preparation): launch applies the environment "
+              "roles and starts no queue unless launch_no_gpu_ok is true. To train, restart the box with its GPUs "
+              "and set trainer_gpu_expected back to true.")
+    found = make_finding("INFO", "no_gpu_environment_only", None, message, action, options)
+    found["error"] = error.get("kind")
+    return found
+
+
 def smi_timeout(argv, seconds, options):
     message = "nvidia-smi did not answer within %s s (%s); a hung driver usually follows a GPU fault (Xid 45/119)" % (
         seconds, " ".join(argv))

@@ -16,7 +16,7 @@ import time
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.kernel_log import KernelLogError, read_kernel_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_findings import (
-    DEFAULTS, driver_unavailable, evaluate, kernel_log_unreadable, smi_timeout)
+    DEFAULTS, driver_unavailable, environment_only, evaluate, gpu_absent, kernel_log_unreadable, smi_timeout)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.gpu_query import (
     NvidiaSmiParseError, SmiError, parse_rows, query_args, rejected_field, run_smi)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.nvidia_smi import SAMPLE_FIELDS, parse_full
@@ -91,6 +91,7 @@ ARGUMENT_SPEC = dict(
     nvidia_smi_path=dict(type="path"),
     timeout=dict(type="int", default=20),
     platform_stop_hint=dict(type="str", default=DEFAULTS["platform_stop_hint"]),
+    environment_only=dict(type="bool", default=False),
 )
 
 
@@ -116,7 +117,8 @@ def gpu_for_pci(gpus, pci):
 
 
 def read_full_state(smi, timeout, options):
-    """One `nvidia-smi -q -x` -> (parsed or None, findings)."""
+    """One `nvidia-smi -q -x` -> (parsed or None, findings); a failure's classify_error() dict is the finding's
+    ``_error`` (taken off by check_gpus)."""
     args = ["-q", "-x"]
     try:
         rc, out, err = run_smi(smi, args, timeout, check=False)
@@ -129,7 +131,7 @@ def read_full_state(smi, timeout, options):
         error = classify_error(out + "\n" + err, rc) or {
             "kind": "unparseable_output", "rc": rc, "meaning": "nvidia-smi printed no usable state (%s)" % exc,
             "action": "run nvidia-smi -q on the box and read its output", "pci": None, "evidence": out[:200]}
-        return None, [driver_unavailable(error, options)]
+        return None, [dict(driver_unavailable(error, options), _error=error)]
     findings = []
     error = classify_error(out + "\n" + err, rc) if rc else classify_error(err, rc)
     if error:
@@ -146,7 +148,20 @@ def options_of(params):
 def empty_result():
     """The keys of a GPU report that could not be made."""
     return dict(status="FAIL", gpus=[], findings=[], xid_events=[], driver_version=None,
-                cuda_version=None, samples=0)
+                cuda_version=None, samples=0, environment_only=False)
+
+
+def absent_gpu_finding(params, parsed, findings, options):
+    """On a box declared GPU-less (``environment_only``) where nvidia-smi found no GPU because there is none (no
+    binary, no driver, no device: ``gpu_absent``), the one INFO finding that replaces the driver_unavailable FAIL;
+    None otherwise: a GPU-less box that was not declared so, a GPU that is there but broken, or GPUs that answer
+    (judged as on any box) all keep their findings."""
+    if not params.get("environment_only") or parsed is not None:
+        return None
+    errors = [f.get("_error") for f in findings if f["code"] == "driver_unavailable"]
+    if len(errors) == 1 and gpu_absent(errors[0]):
+        return environment_only(errors[0], options)
+    return None
 
 
 def check_gpus(module, params):
@@ -168,9 +183,9 @@ def check_gpus(module, params):
     except KernelLogError as exc:
         raise GpuHealthError(str(exc))
     if smi is None:
-        findings.append(driver_unavailable({
-            "kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
-            "action": "", "pci": None, "evidence": params["nvidia_smi_path"] or "nvidia-smi not on PATH"}, options))
+        error = {"kind": "command_not_found", "rc": 127, "meaning": "nvidia-smi is not installed or not executable",
+                 "action": "", "pci": None, "evidence": params["nvidia_smi_path"] or "nvidia-smi not on PATH"}
+        findings.append(dict(driver_unavailable(error, options), _error=error))
     else:
         parsed, smi_findings = read_full_state(smi, timeout, options)
         findings.extend(smi_findings)
@@ -179,6 +194,13 @@ def check_gpus(module, params):
             findings.extend(sample_findings)
 
     events = parse_kernel_log(log_text) if log_text is not None else []
+    absent = absent_gpu_finding(params, parsed, findings, options)
+    for found in findings:
+        found.pop("_error", None)
+    if absent is not None:
+        # environment-only: no GPU to judge (no count, no Xid of another tenant's GPU on a shared host's kernel log)
+        return dict(status="PASS", gpus=[], findings=[absent], xid_events=events[-MAX_XID_EVENTS:],
+                    driver_version=None, cuda_version=None, samples=0, environment_only=True)
     if unreadable:
         findings.append(kernel_log_unreadable(unreadable, options))
 
@@ -194,4 +216,5 @@ def check_gpus(module, params):
         driver_version=parsed["driver_version"] if parsed else None,
         cuda_version=parsed["cuda_version"] if parsed else None,
         samples=runs,
+        environment_only=False,
     )

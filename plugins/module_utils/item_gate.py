@@ -190,10 +190,12 @@ class _Bins(object):
         return shutil.which(name)
 
 
-def gather(job_dir, data, durable, runner_pid=None, timeout=20):
-    """What the gate judges, read from the box -> (disks, gpus, apps, job_pids, fatal events, seen keys, gpu_error)."""
+def gather(job_dir, data, durable, runner_pid=None, timeout=20, gpu=True):
+    """What the gate judges, read from the box -> (disks, gpus, apps, job_pids, fatal events, seen keys, gpu_error).
+    Without ``gpu`` (a box in environment-only mode: declared GPU-less, launched with launch_no_gpu_ok), only the
+    disks are read."""
     disks = {"data": usage_of(data), "durable": usage_of(durable) if durable else None}
-    smi = shutil.which("nvidia-smi")
+    smi = shutil.which("nvidia-smi") if gpu else None
     gpus, apps, gpu_error, events = None, [], None, []
     if smi:
         try:
@@ -214,11 +216,11 @@ def gather(job_dir, data, durable, runner_pid=None, timeout=20):
 
 
 def run_gate(job_dir, item, data, durable, budget, runner_pid=None, gpu_mib=DEFAULT_GPU_MIB, accept_slowdown=False,
-             timeout=20):
+             timeout=20, gpu=True):
     """Gather, judge, and record -> (refusals, line to print). A pass records the fatal Xid lines seen as the next
     baseline and removes the refusal file; a refusal writes it (job_layout.GATE_FILE)."""
     budget = check_budget(budget)
-    disks, gpus, apps, pids, events, seen, gpu_error = gather(job_dir, data, durable, runner_pid, timeout)
+    disks, gpus, apps, pids, events, seen, gpu_error = gather(job_dir, data, durable, runner_pid, timeout, gpu)
     first = seen is None
     new = [] if first else [event for event in events if event_key(event) not in set(seen)]
     refusals = judge(disks, budget, gpus, apps, pids, new, gpu_mib, accept_slowdown, gpu_error)
@@ -255,13 +257,14 @@ def cli(argv=None):
     parser.add_argument("--runner-pid", type=int, default=None)
     parser.add_argument("--timeout", type=int, default=20)
     parser.add_argument("--accept-slowdown", action="store_true")
+    parser.add_argument("--no-gpu", action="store_true", help="environment-only mode: judge the disks only")
     args = parser.parse_args(argv)
     budget = {"data_bytes": args.data_bytes, "data_inodes": args.data_inodes, "durable_bytes": args.durable_bytes,
               "durable_inodes": args.durable_inodes}
     try:
         refusals, line = run_gate(args.job_dir, args.item, args.data, args.durable or None, budget,
                                   runner_pid=args.runner_pid, gpu_mib=args.gpu_mib,
-                                  accept_slowdown=args.accept_slowdown, timeout=args.timeout)
+                                  accept_slowdown=args.accept_slowdown, timeout=args.timeout, gpu=not args.no_gpu)
     except (GateError, OSError) as exc:
         sys.stdout.write("==== trainer: the item gate could not check item %s: %s ====\n" % (args.item, exc))
         sys.stdout.flush()

@@ -192,7 +192,8 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
 def gate_lines(gate):
     """The queue runner's lines that run the item gate (module_utils/item_gate.py) before an item: ``gate`` holds
     ``data`` and ``durable`` (directories), the budget (``data_bytes``, ``data_inodes``, ``durable_bytes``,
-    ``durable_inodes``), ``gpu_mib`` and ``accept_slowdown``. A refused item stops the queue with GATE_REFUSED_EXIT
+    ``durable_inodes``), ``gpu_mib``, ``accept_slowdown`` and ``gpu`` (false in environment-only mode: the disks
+    only). A refused item stops the queue with GATE_REFUSED_EXIT
     before it starts; a gate that cannot run (exit 2, or a missing interpreter) lets the item start."""
     if not gate:
         return []
@@ -204,6 +205,8 @@ def gate_lines(gate):
             words += ["--" + key.replace("_", "-"), str(int(gate[key]))]
     if gate.get("accept_slowdown"):
         words.append("--accept-slowdown")
+    if gate.get("gpu") is False:
+        words.append("--no-gpu")
     return [
         "    # The item gate: disk budget, foreign GPU memory, new fatal Xids, active slowdown (item_gate.py).",
         '    PYTHONPATH="$LIB" "$PY" -m %s %s' % (GATE_CLI, " ".join(words)),

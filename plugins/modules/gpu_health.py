@@ -28,7 +28,9 @@ description:
     V(gpu_memory_below_min), V(throttle_active), V(ecc_uncorrectable_volatile), V(retired_pages_pending),
     V(remapped_rows_pending), V(remapped_rows_failure), V(xid_fatal) (FAIL); V(clock_crushed) (WARN, FAIL when
     also hot), V(running_hot), V(pcie_link_degraded), V(xid_app_fault), V(kernel_log_unreadable) (WARN);
-    V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off) (INFO)."
+    V(power_capped), V(xid_info), V(mig_enabled), V(persistence_off), V(no_gpu_environment_only) (INFO)."
+  - With O(environment_only), a box that has no GPU at all is not a FAIL but environment-only (AutoDL's no-GPU
+    mode, 无卡模式); see that option.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
   - remote_gpu.trainer.probe
@@ -94,6 +96,20 @@ options:
         V(shutdown (power off in the AutoDL console)). Usually set from the platform profile.
     type: str
     default: stop the instance in the provider's console
+  environment_only:
+    description:
+      - The box is declared GPU-less (AutoDL's no-GPU mode, 无卡模式, to fix the environment or prepare data at a
+        fraction of the price; set from the host's C(trainer_gpu_expected=false)).
+      - When nvidia-smi then shows that there is no GPU at all (not installed; no driver, C(NVIDIA-SMI has failed
+        because it couldn't communicate with the NVIDIA driver); or C(No devices were found)), the result is
+        C(status=PASS), RV(environment_only=true) and the one INFO finding C(no_gpu_environment_only) (no GPU,
+        environment-only mode) instead of the C(driver_unavailable) FAIL; no GPU check, count or Xid is judged.
+      - Anything else stays judged as on any box - GPUs that answer, and a GPU that is there but broken (a
+        driver/library mismatch, a lost GPU, a hung nvidia-smi), which still FAIL. The declaration is never
+        guessed from the box, because a missing GPU on a box that should have one looks the same there and must
+        FAIL.
+    type: bool
+    default: false
 notes:
   - Reading the kernel log may need root (C(become)) or membership of the C(systemd-journal) or C(adm) group.
   - Clock event reasons are queried with the C(clocks_throttle_reasons.active) spelling, accepted by every
@@ -215,6 +231,13 @@ samples:
   type: int
   returned: always
   sample: 5
+environment_only:
+  description:
+    - True when the box is in environment-only mode - declared GPU-less by O(environment_only) and without any GPU
+      (see that option); launch then applies the environment roles and starts no training queue.
+  type: bool
+  returned: always
+  sample: false
 """
 
 from ansible.module_utils.basic import AnsibleModule

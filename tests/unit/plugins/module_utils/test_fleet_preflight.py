@@ -155,3 +155,15 @@ def test_a_probe_result_without_a_check_is_malformed_not_a_pass():
     assert "the result of preflight_probe is malformed: it holds no gpu_health or env_audit result" in \
         row["top_finding"]
     assert row["gpus"] == "-" and row["data_bytes_pct"] == 12
+
+
+def test_environment_only_box_passes_and_says_so_in_the_gpus_column():
+    absent = {"level": "INFO", "code": "no_gpu_environment_only", "message": "no GPU: environment-only mode (...)",
+              "action": "nothing", "error": "no_driver"}
+    rec = record([absent])
+    rec["gpu"]["environment_only"] = True
+    row = fleet_preflight.preflight_row("lab-01", rec)
+    assert row["verdict"] == "PASS" and row["gpus"] == "no GPU: environment-only mode"
+    assert fleet_table.failing_hosts([row]) == []
+    # a gpu_health result without the key (or false) is the column it always was
+    assert fleet_preflight.preflight_row("lab-01", record([absent]))["gpus"] == "-"

@@ -132,6 +132,19 @@ def test_the_gate_counts_foreign_gpu_memory(box, tmp_path):
     assert sorted(set(causes(found))) == ["gpu_memory_held"]
 
 
+def test_environment_only_mode_judges_the_disks_only(box, tmp_path):
+    # a box declared GPU-less in AutoDL's no-GPU mode, launched with launch_no_gpu_ok: nvidia-smi fails as it does
+    # without a driver, which must not refuse a CPU item (and a full disk still does)
+    job, scenario = box
+    scenario("no-driver")
+    assert causes(item_gate.run_gate(str(job), "000", str(tmp_path), None, {})[0]) == ["gpu_unreadable"]
+    assert item_gate.run_gate(str(job), "000", str(tmp_path), None, {}, gpu=False) == ([], None)
+    found, _line = item_gate.run_gate(str(job), "000", str(tmp_path), None, {"data_bytes": 1 << 60}, gpu=False)
+    assert causes(found) == ["bytes_short"], found
+    line = [l for l in launch_scripts.gate_lines({"data": "/d", "gpu": False}) if "--job-dir" in l][0]
+    assert line.endswith(" --no-gpu"), line
+
+
 # --- the queue runner stops before a refused item ---
 
 def test_the_queue_runner_stops_before_a_refused_item_and_exits_75(tmp_path):

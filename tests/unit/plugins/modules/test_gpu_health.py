@@ -26,7 +26,8 @@ from ansible_collections.remote_gpu.trainer.plugins.modules import gpu_health
 NVIDIA = Path(__file__).resolve().parents[3] / "fixtures" / "nvidia"
 MANIFEST = dict((entry["file"], entry) for entry in json.loads((NVIDIA / "manifest.json").read_text()))
 HINT = "shutdown (power off in the AutoDL console)"
-RESULT_KEYS = {"status", "gpus", "findings", "xid_events", "driver_version", "cuda_version", "samples"}
+RESULT_KEYS = {"status", "gpus", "findings", "xid_events", "driver_version", "cuda_version", "samples",
+               "environment_only"}
 
 FAKE_SMI = '''#!{python}
 import sys, time
@@ -249,3 +250,53 @@ def test_check_mode_is_supported(tmp_path, capsys):
     smi = fake_smi(tmp_path, *H100_LOAD)
     rc, result = run_module(capsys, nvidia_smi_path=smi, _ansible_check_mode=True)
     assert rc == 0 and result["status"] == "PASS"
+
+
+# environment_only: a box declared GPU-less (AutoDL's no-GPU mode). Only a GPU that is not there at all is
+# environment-only; a GPU that is there but broken, a hung nvidia-smi and a box that was not declared so still FAIL.
+@pytest.mark.parametrize("rel, kind", [
+    ("errors/no-driver__nvidia-smi-has-failed__exit9.txt", "no_driver"),
+    ("errors/no-devices-were-found__exit-UNVERIFIED.txt", "no_devices"),
+    ("errors/command-not-found__sh__exit127.txt", "command_not_found"),
+])
+def test_declared_gpu_less_box_without_a_gpu_is_environment_only(tmp_path, capsys, rel, kind):
+    smi = cat_smi(tmp_path, rel)
+    log = NVIDIA / "xid-logs" / "syslog__xid-48-dbe__TRUNCATED__gpu-operator-1146.log"
+    rc, result = run_module(capsys, nvidia_smi_path=smi, environment_only=True, expected_count=8,
+                            kernel_log=str(log))
+    assert rc == 0 and result["status"] == "PASS" and result["environment_only"] is True
+    assert codes(result) == ["no_gpu_environment_only"]  # no count mismatch, no Xid of a GPU this box has not
+    found = result["findings"][0]
+    assert found["level"] == "INFO" and found["error"] == kind and "_error" not in found
+    assert found["message"].startswith("no GPU: environment-only mode")
+    # the same box, not declared GPU-less: the FAIL it always was
+    rc, result = run_module(capsys, nvidia_smi_path=smi, expected_count=8, kernel_log=str(log))
+    assert rc == 1 and result["environment_only"] is False and "driver_unavailable" in codes(result)
+    assert "_error" not in json.dumps(result)
+
+
+def test_declared_gpu_less_box_without_nvidia_smi_is_environment_only(tmp_path, capsys):
+    rc, result = run_module(capsys, nvidia_smi_path=str(tmp_path / "no-such-nvidia-smi"), environment_only=True,
+                            kernel_log=str(tmp_path / "missing.log"))
+    assert rc == 0 and result["environment_only"] is True and codes(result) == ["no_gpu_environment_only"]
+
+
+@pytest.mark.parametrize("rel", [
+    "errors/driver-library-mismatch__nvml-535.161__exit18.txt",
+    "errors/nvml-no-supported-gpus__exit255.txt",
+    "errors/gpu-lost__device-handle__linux.txt",
+])
+def test_declared_gpu_less_box_with_a_broken_gpu_still_fails(tmp_path, capsys, rel):
+    rc, result = run_module(capsys, nvidia_smi_path=cat_smi(tmp_path, rel), environment_only=True)
+    assert rc == 1 and result["status"] == "FAIL" and result["environment_only"] is False
+    assert "driver_unavailable" in codes(result) and "no_gpu_environment_only" not in codes(result)
+
+
+def test_declared_gpu_less_box_with_gpus_is_judged_as_any_box(tmp_path, capsys):
+    smi = fake_smi(tmp_path, *H100_LOAD)
+    rc, result = run_module(capsys, nvidia_smi_path=smi, environment_only=True, kernel_log=str(tmp_path / "no.log"))
+    assert result["environment_only"] is False and result["gpus"]
+    assert "no_gpu_environment_only" not in codes(result)
+    rc, result = run_module(capsys, nvidia_smi_path=fake_smi(tmp_path, *H100_LOAD, sleep=30), timeout=1,
+                            environment_only=True)
+    assert rc == 1 and codes(result) == ["nvidia_smi_timeout"] and result["environment_only"] is False
