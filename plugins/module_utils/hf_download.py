@@ -144,9 +144,8 @@ def failure_advice(env, tried, fallback_reason):
     endpoint = endpoint_of(env)
     proxy, why = proxy_for(endpoint + "/", env)
     lines = ["trainer-download: the download failed. Tried: %s." % "; ".join(tried)]
-    lines.append("  endpoint %s (%s), %s" % (endpoint, endpoint_kind(endpoint),
-                                           "through the proxy %s (%s)" % (redact(proxy), why) if proxy
-                                           else "directly (%s)" % why))
+    path = "through the proxy %s (%s)" % (redact(proxy), why) if proxy else "directly (%s)" % why
+    lines.append("  endpoint %s (%s), %s" % (endpoint, endpoint_kind(endpoint), path))
     if fallback_reason:
         lines.append("  ModelScope not tried: %s" % fallback_reason)
     lines.append("  What to do: run `trainer-download egress` to see which endpoint answers on this path; behind the "
@@ -335,8 +334,8 @@ def prefill(spec):
                            timeout=spec["etag_timeout"]).sha
     names = [entry.path for entry in api.list_repo_tree(spec["repo"], repo_type=spec["repo_type"], revision=commit,
                                                         recursive=True) if hasattr(entry, "size")]
-    storage = os.path.join(constants.HF_HUB_CACHE, repo_folder_name(repo_id=spec["repo"],
-                                                                     repo_type=spec["repo_type"]))
+    folder = repo_folder_name(repo_id=spec["repo"], repo_type=spec["repo_type"])
+    storage = os.path.join(constants.HF_HUB_CACHE, folder)
     blobs = os.path.join(storage, "blobs")
     for name in filter_repo_objects(names, allow_patterns=spec["include"] or None):
         meta = get_hf_file_metadata(hf_hub_url(spec["repo"], name, repo_type=spec["repo_type"], revision=commit),

@@ -106,8 +106,8 @@ class Mirror(http.server.BaseHTTPRequestHandler):
         if not wanted:
             return self._send(200, data, meta)
         start = int(wanted.split("=", 1)[1].split("-", 1)[0])
-        return self._send(206, data[start:], meta + [("Content-Range", "bytes %d-%d/%d" % (start, len(data) - 1,
-                                                                                            len(data)))])
+        content_range = "bytes %d-%d/%d" % (start, len(data) - 1, len(data))
+        return self._send(206, data[start:], meta + [("Content-Range", content_range)])
 
     do_GET = do_HEAD = _answer
 
@@ -151,6 +151,7 @@ class ProxyLog:
 def egress_line(proc):
     """The role's egress report line, its folded lines joined."""
     out = " ".join(proc.stdout.split())
+    assert "hf_mirror egress: " in out, proc.stdout[-3000:]
     start = out.index("hf_mirror egress: ")
     return out[start:out.index('"', start)]
 
