@@ -230,7 +230,7 @@ def egress(env, timeout, repo):
     findings = egress_findings(probes)
     report = {"endpoint": endpoint, "kind": endpoint_kind(endpoint), "probes": probes, "findings": findings,
               "answered": probes[0]["answered"]}
-    print(json.dumps(report, sort_keys=True))
+    sys.stdout.write(json.dumps(report, sort_keys=True) + "\n")
     return EXIT_OK if probes[0]["answered"] else 1
 
 
@@ -247,7 +247,7 @@ def run_attempt(spec, env, limit):
     argv = [sys.executable, os.path.abspath(__file__), "_attempt", json.dumps(spec)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=limit)
+        out = proc.communicate(timeout=limit)[0]
     except subprocess.TimeoutExpired:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
@@ -374,15 +374,16 @@ def child(spec):
             if spec["include"]:
                 kwargs["allow_patterns"] = spec["include"]
             path = snapshot_download(spec["repo"], **kwargs)
-        print(json.dumps({"ok": True, "path": str(path)}))
+        sys.stdout.write(json.dumps({"ok": True, "path": str(path)}) + "\n")
         return EXIT_OK
     except ImportError as exc:
-        print(json.dumps({"ok": False, "kind": "not_installed", "error": "%s is not installed for %s (%s)"
-                          % ("huggingface_hub" if spec["source"] == "hf" else "modelscope", sys.executable, exc)}))
+        package = "huggingface_hub" if spec["source"] == "hf" else "modelscope"
+        error = "%s is not installed for %s (%s)" % (package, sys.executable, exc)
+        sys.stdout.write(json.dumps({"ok": False, "kind": "not_installed", "error": error}) + "\n")
     except Exception as exc:  # pylint: disable=broad-except
         kind = type(exc).__name__
         text = str(exc).splitlines()[0] if str(exc) else ""
-        print(json.dumps({"ok": False, "kind": kind, "error": "%s: %s" % (kind, text)}))
+        sys.stdout.write(json.dumps({"ok": False, "kind": kind, "error": "%s: %s" % (kind, text)}) + "\n")
     return EXIT_FAILED
 
 
@@ -409,7 +410,7 @@ def download(args, env):
         ok, kind, detail = run_attempt(spec, child_env, limit)
         if ok:
             say("trainer-download: done after %d attempt%s: %s" % (attempt, "" if attempt == 1 else "s", detail))
-            print(detail)
+            sys.stdout.write(detail + "\n")
             return EXIT_OK
         say("trainer-download: attempt %d failed: %s" % (attempt, detail))
         tried.append("Hugging Face attempt %d (%s)" % (attempt, detail))
@@ -429,7 +430,7 @@ def download(args, env):
         ok, kind, detail = run_attempt(ms_spec, dict(env), limit)
         if ok:
             say("trainer-download: done from ModelScope: %s" % detail)
-            print(detail)
+            sys.stdout.write(detail + "\n")
             return EXIT_OK
         tried.append("ModelScope %s (%s)" % (model_id, detail))
     say(failure_advice(env, tried, why_not))
@@ -440,7 +441,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.print_usage(sys.stderr)
         say("trainer-download: %s (see trainer-download --help)" % message)
-        sys.exit(EXIT_USAGE)
+        raise SystemExit(EXIT_USAGE)
 
 
 def positive(text):
@@ -497,4 +498,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
