@@ -77,8 +77,18 @@ class ActionModule(DocumentedAction):
             view = fleet.get(host)
             if view is not None:
                 values[host] = self.host_values(view, check)
-        # the play's own variables (vars:, vars_files, an import_playbook's vars) are in no host's variables
-        problems = check.problems(values, names=[name for name in task_vars if name.startswith(check.prefixes)])
+        # the play's own variables (vars:, vars_files, an import_playbook's vars) are in no host's variables: the
+        # names are checked, and the values as this host sees them (the roles' defaults are among them)
+        names = [name for name in task_vars if name.startswith(check.prefixes)]
+        here = task_vars.get("inventory_hostname")
+        if here in values:
+            for name in names:
+                if name in check.options:
+                    try:
+                        values[here][name] = self._templar.template(task_vars[name])
+                    except AnsibleError:
+                        continue  # it needs what only a later task has: left to the play
+        problems = check.problems(values, names=names)
         result.update(changed=False, problems=problems, hosts_checked=len(values))
         if problems:
             result.update(failed=True, msg="The variables of this playbook have %d problem(s); fix them and run it "

@@ -62,3 +62,14 @@ def test_a_misspelling_in_the_inventory_stops_the_autopilot_and_names_the_host(t
                         "patrol_stale_minutes?")
     assert "autopilot_timer_interval_minutes" not in out
     assert "1 problem(s)" in out
+
+
+def test_a_wrongly_typed_variable_of_an_importing_playbook_stops_preflight(tmp_path):
+    """As molecule's converge imports preflight with vars: the play's own variables are checked too."""
+    site = tmp_path / "site.yml"
+    site.write_text("---\n- name: Preflight with the site's settings\n  ansible.builtin.import_playbook: "
+                    "remote_gpu.trainer.preflight\n  vars:\n    preflight_fail_run: sometimes\n"
+                    "    preflight_sample_secs: 1\n")
+    proc = run_playbook(site, REPO / "inventories" / "local" / "hosts.yml", cwd=tmp_path)
+    stopped(proc, "preflight_fail_run has a wrong type (for localhost)",
+            "preflight_sample_secs is not a variable of this playbook: did you mean preflight_sample_seconds?")

@@ -147,6 +147,7 @@ def templar():
         return value
     engine = MagicMock()
     engine.copy_with_new_env.return_value.template.side_effect = template
+    engine.template.side_effect = template
     return engine
 
 
@@ -186,8 +187,13 @@ def test_a_value_that_cannot_render_here_is_left_to_the_play():
     assert not result.get("failed"), result
 
 
-def test_a_play_variable_is_checked_by_name():
-    result = run({"lab-01": {}}, play_vars={"patrol_stale_minute": 3, "patrol_stale_minutes": 30})
+def test_a_play_variable_is_checked_by_name_and_its_value_as_this_host_sees_it():
+    result = run({"lab-01": {}, "lab-02": {}}, play_vars={"patrol_stale_minute": 3, "patrol_stale_minutes": 30})
     assert result["failed"] is True
-    assert result["problems"][0].startswith("patrol_stale_minute is not a variable of this playbook: did you mean "
-                                            "patrol_stale_minutes?")
+    assert result["problems"] == [
+        "patrol_stale_minute is not a variable of this playbook: did you mean patrol_stale_minutes? Its patrol_* "
+        "variables are documented and typed in roles/patrol/meta/argument_specs.yml (ansible-doc -t role "
+        "remote_gpu.trainer.patrol)."]
+    result = run({"lab-01": {}}, play_vars={"patrol_strict": "sometimes", "patrol_run_dir": UNDEFINED})
+    assert len(result["problems"]) == 1 and result["problems"][0].startswith(
+        "patrol_strict has a wrong type (for lab-01)")
