@@ -75,7 +75,7 @@ pytest_stage() {
 
 # Playbook tests of the checks lane (no lab fleet).
 CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_provider_inventory.py tests/playbooks/test_teardown_local.py
-  tests/playbooks/test_profiles.py)
+  tests/playbooks/test_profiles.py tests/playbooks/test_play_variables.py)
 # The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it
 # runs in the molecule lane, before the scenarios, never beside them.
 TIMER_TESTS=(tests/playbooks/test_autopilot_timer.py)

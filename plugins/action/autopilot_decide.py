@@ -16,12 +16,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import (
-    BILLING_VARS, _host_var, host_record, targeted_hosts, write_file)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot, billing, fleet_history, fleet_patrol
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (
+    BILLING_VARS, host_record, host_var, targeted_hosts, write_file)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
@@ -32,7 +32,7 @@ ACTS = ("heal", "retry_sync", "park")
 
 def host_billing(host_vars):
     """{price, currency} of a box that bills, else {}."""
-    settings = dict((key, _host_var(host_vars, var)) for key, var in BILLING_VARS)
+    settings = dict((key, host_var(host_vars, var)) for key, var in BILLING_VARS)
     if not billing.billed(settings.get("billed")):
         return {}
     return {"price": billing.price_of(settings.get("price_per_hour")), "currency": settings.get("currency")}
@@ -69,23 +69,23 @@ def park_problem(decision, environ=None):
 def provider_facts(host_vars):
     """The provider facts an inventory plugin set for the host (provider_state and the rest), or None for a host of a
     static inventory (no provider_state)."""
-    state = _host_var(host_vars, "provider_state")
+    state = host_var(host_vars, "provider_state")
     if not state:
         return None
-    return {"state": state, "provider": _host_var(host_vars, "provider"), "id": _host_var(host_vars, "provider_id"),
-            "status": _host_var(host_vars, "provider_status"),
-            "message": _host_var(host_vars, "provider_state_message"),
-            "durable_dir": _host_var(host_vars, "trainer_durable_dir")}
+    return {"state": state, "provider": host_var(host_vars, "provider"), "id": host_var(host_vars, "provider_id"),
+            "status": host_var(host_vars, "provider_status"),
+            "message": host_var(host_vars, "provider_state_message"),
+            "durable_dir": host_var(host_vars, "trainer_durable_dir")}
 
 
 def decide_host(host, host_vars, args, now, check_mode):
     """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
-    raw = dict((key, _host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
-    if _host_var(host_vars, "autopilot_job") is not None:
+    raw = dict((key, host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
+    if host_var(host_vars, "autopilot_job") is not None:
         display.warning("%s: autopilot_job is no longer used: the autopilot judges every job under the run "
                         "directory (heals each gone job by name, parks only when none is alive)" % host)
     history, warnings = history_of(args["history_dir"], host)
-    probe = _host_var(host_vars, args["probe_var"])
+    probe = host_var(host_vars, args["probe_var"])
     try:
         settings = autopilot.settings_of(raw)
     except autopilot.SettingsError as exc:
@@ -96,10 +96,10 @@ def decide_host(host, host_vars, args, now, check_mode):
         found["events"] = autopilot.change_events(host, found["previous"], dict(found, state="fail:config_error"))
         found["state"] = "fail:config_error"
     if settings is not None:
-        meter_stop = _host_var(host_vars, "trainer_meter_stop")
+        meter_stop = host_var(host_vars, "trainer_meter_stop")
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
-                                 billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"),
-                                 clocks=_host_var(host_vars, "trainer_danger_clocks"),
+                                 billing=host_billing(host_vars), park=host_var(host_vars, "trainer_park"),
+                                 clocks=host_var(host_vars, "trainer_danger_clocks"),
                                  provider=provider_facts(host_vars))
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
@@ -123,7 +123,7 @@ def outcome_of(decision, host_vars, args):
     var = args["heal_var"]
     if decision["act"] == "park":
         var = args["park_api_var"] if decision.get("via") == "api" else args["park_var"]
-    result = _host_var(host_vars, var)
+    result = host_var(host_vars, var)
     if not isinstance(result, dict) or result.get("skipped"):
         if decision["act"] != "park":
             return {"jobs": {}}
@@ -252,8 +252,8 @@ class ActionModule(DocumentedAction):
         return []
 
     def write_receipt(self, args, decision, host_vars, now):
-        meter = _host_var(host_vars, "trainer_meter_stop") or {}
-        receipt = {"host": decision["host"], "platform": _host_var(host_vars, "trainer_profile"),
+        meter = host_var(host_vars, "trainer_meter_stop") or {}
+        receipt = {"host": decision["host"], "platform": host_var(host_vars, "trainer_profile"),
                    "verb": decision.get("verb"), "command": decision.get("command"),
                    "api": dict((k, v) for k, v in (decision.get("api") or {}).items() if k != "key_env") or None,
                    "reversible": True, "meter_stop_verb": meter.get("verb"),

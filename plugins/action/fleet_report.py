@@ -19,27 +19,15 @@ from ansible.utils.display import Display
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_patrol, fleet_preflight
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html, fleet_prom
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (
+    BILLING_VARS, ONE_PROBE_OPTION, RESULTS_BY_KIND, host_record, host_var, targeted_hosts, write_file)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result, redact_text
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 display = Display()
 
-# The host's profile variables every row reads: (record key, host variable).
-PROFILE_VARS = (("platform", "trainer_profile"), ("data_dir", "trainer_data_dir"),
-                ("durable_dir", "trainer_durable_dir"), ("interpreter", "trainer_interpreter"))
-# What idle_billing reads of a host (profile, or a host override in the inventory): (setting, host variable).
-BILLING_VARS = (("billed", "trainer_billed"), ("price_per_hour", "trainer_price_per_hour"),
-                ("currency", "trainer_price_currency"))
-# The probe results each kind reads: (record key, suboption of result_vars naming the registered variable).
-RESULTS_BY_KIND = {
-    "preflight": (("storage", "inode_check"), ("gpu", "gpu_health"), ("env", "env_audit")),
-    "patrol": (("probe", "job_status"),),
-}
-# With kind=preflight, the one probe whose result holds the three checks' (fleet_preflight.split_probe).
-ONE_PROBE_OPTION = "preflight_probe"
 # Table columns per kind; the last column is the one that is truncated.
 COLUMNS_BY_KIND = {"preflight": fleet_preflight.COLUMNS, "patrol": fleet_patrol.COLUMNS}
 
@@ -66,12 +54,6 @@ def check_args(args):
                                                       if args["kind"] == "preflight" else ""))
 
 
-def targeted_hosts(hosts, task_vars):
-    """The hosts to report, sorted: ``hosts`` when given, else every host the play targets (its pattern within
-    ``--limit``), also those that failed or were unreachable earlier in the run."""
-    return sorted(hosts if hosts is not None else task_vars.get("ansible_play_hosts_all") or [])
-
-
 def unknown_hosts(hosts, hostvars):
     """The names in ``hosts`` that the inventory does not hold (``hostvars``, a HostVariables, has every inventory
     host)."""
@@ -80,27 +62,10 @@ def unknown_hosts(hosts, hostvars):
     return [host for host in hosts if not host or host not in hostvars]
 
 
-def _host_var(host_vars, name):
-    try:
-        return host_vars.get(name) if host_vars else None
-    except Exception:  # pylint: disable=broad-except
-        return None  # a profile that failed validation may not even template
-
-
-def host_record(host_vars, kind, result_vars):
-    """A host's profile and the raw results of its probe tasks (None for a task that never ran on it)."""
-    record = dict((key, _host_var(host_vars, var)) for key, var in PROFILE_VARS)
-    if kind == "preflight" and result_vars.get(ONE_PROBE_OPTION):
-        record["probe"] = _host_var(host_vars, result_vars[ONE_PROBE_OPTION])
-        return record
-    record.update((key, _host_var(host_vars, result_vars[option])) for key, option in RESULTS_BY_KIND[kind])
-    return record
-
-
 def billing_settings(host_vars, now, idle_minutes):
     """A host's settings for the idle_billing finding (billing.idle_billing)."""
-    settings = dict((key, _host_var(host_vars, var)) for key, var in BILLING_VARS)
-    meter_stop = _host_var(host_vars, "trainer_meter_stop")
+    settings = dict((key, host_var(host_vars, var)) for key, var in BILLING_VARS)
+    meter_stop = host_var(host_vars, "trainer_meter_stop")
     settings.update(now=now, idle_minutes=idle_minutes,
                     verb=meter_stop.get("verb") if isinstance(meter_stop, dict) else None)
     return settings
@@ -108,8 +73,8 @@ def billing_settings(host_vars, now, idle_minutes):
 
 def danger_clocks(hosts, hostvars):
     """The danger clocks of the hosts' profiles, once per platform (billing.platform_clocks)."""
-    return billing.platform_clocks([(host, _host_var(hostvars.get(host), "trainer_profile"),
-                                     _host_var(hostvars.get(host), "trainer_danger_clocks")) for host in hosts])
+    return billing.platform_clocks([(host, host_var(hostvars.get(host), "trainer_profile"),
+                                     host_var(hostvars.get(host), "trainer_danger_clocks")) for host in hosts])
 
 
 def build_rows(args, hosts, hostvars, now=None):
@@ -144,15 +109,6 @@ def failure_message(kind, rows, failing):
     reasons = ["%s: %s %s" % (row["host"], row["verdict"], row.get("top_finding") or "")
                for row in rows if row["host"] in failing]
     return "%d host(s) not fit: %s" % (len(failing), "; ".join(reasons))
-
-
-def write_file(path, text, what):
-    """Write ``text`` to ``path`` atomically (0644); an OSError becomes a message that names the path."""
-    try:
-        write_atomic(path, redact_text(text), make_dirs=True)  # reports, dashboards, receipts: no secret
-    except OSError as exc:
-        raise AnsibleActionFail("cannot write the %s to %s: %s. Set a writable %s path." % (
-            what, path, to_native(exc.strerror or exc), what))
 
 
 def index_path(html_path):
@@ -193,11 +149,11 @@ def update_dashboard(args, rows, hostvars, clocks, now, inventory=None):
     warnings = []
     for row in rows:
         host_vars = hostvars.get(row["host"])
-        price = billing.price_of(_host_var(host_vars, "trainer_price_per_hour")) if billing.billed(
-            _host_var(host_vars, "trainer_billed")) else None
+        price = billing.price_of(host_var(host_vars, "trainer_price_per_hour")) if billing.billed(
+            host_var(host_vars, "trainer_billed")) else None
         record = fleet_history.history_record(row, args["kind"], now, price,
-                                              _host_var(host_vars, "trainer_price_currency"))
-        if _host_var(host_vars, "trainer_durable_dir") in (None, _host_var(host_vars, "trainer_data_dir")):
+                                              host_var(host_vars, "trainer_price_currency"))
+        if host_var(host_vars, "trainer_durable_dir") in (None, host_var(host_vars, "trainer_data_dir")):
             record.pop("dur_b", None)  # one tier (RunPod's /workspace): its usage is the data disk's
             record.pop("dur_i", None)
         try:

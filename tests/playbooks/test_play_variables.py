@@ -1,0 +1,75 @@
+"""The four playbooks (patrol, preflight, autopilot, teardown) on localhost: a misspelled variable of the playbook's
+prefix, or a value of a wrong type, from the command line or from the inventory, stops the playbook before it
+probes, pulls or stops anything, naming the variable (and the close match of a misspelling)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbhelpers import REPO, run_playbook
+
+CHECK_TASK = "Check every host's"
+# (playbook, a misspelled variable, what the message suggests, a wrongly typed value, the words of its message)
+CASES = [
+    ("patrol", "patrol_disk_warn_pc=90", "did you mean patrol_disk_warn_pct?",
+     "patrol_stale_minutes=half", "patrol_stale_minutes has a wrong type (for localhost)"),
+    ("preflight", "preflight_expected_gpu=8", "did you mean preflight_expected_gpus?",
+     "preflight_sample_seconds=soon", "preflight_sample_seconds has a wrong type (for localhost)"),
+    ("autopilot", "autopilot_heall=true", "did you mean autopilot_heal?",
+     "autopilot_max_restarts=many", "autopilot_max_restarts has a wrong type (for localhost)"),
+    ("teardown", "teardown_aprove=localhost", "did you mean teardown_approve?",
+     "teardown_allow_extra=perhaps", "teardown_allow_extra has a wrong type (for localhost)"),
+]
+
+
+def stopped(proc, *words):
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert CHECK_TASK in out, out
+    for word in words:
+        assert word in out, out
+    # the check is the first task that runs: nothing else ran on the host
+    assert "ok=0" in out and "changed=0" in out, out
+    return out
+
+
+@pytest.mark.parametrize("playbook, typo, suggestion, _wrong, _words", CASES)
+def test_a_misspelled_variable_stops_the_playbook_naming_it(local_inventory, tmp_path, playbook, typo, suggestion,
+                                                            _wrong, _words):
+    proc = run_playbook(REPO / "playbooks" / ("%s.yml" % playbook), local_inventory, "-e", typo, cwd=tmp_path)
+    name = typo.split("=")[0]
+    stopped(proc, "%s is not a variable of this playbook (set for localhost): %s" % (name, suggestion),
+            "roles/%s/meta/argument_specs.yml" % playbook)
+
+
+@pytest.mark.parametrize("playbook, _typo, _suggestion, wrong, words", CASES)
+def test_a_wrongly_typed_value_stops_the_playbook_naming_it(local_inventory, tmp_path, playbook, _typo, _suggestion,
+                                                            wrong, words):
+    proc = run_playbook(REPO / "playbooks" / ("%s.yml" % playbook), local_inventory, "-e", wrong, cwd=tmp_path)
+    stopped(proc, words)
+
+
+def test_a_misspelling_in_the_inventory_stops_the_autopilot_and_names_the_host(tmp_path):
+    """From group_vars of the inventory, for the patrol_* settings the autopilot probes with; the autopilot_timer
+    role's own variables are no misspelling."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text((REPO / "inventories" / "local" / "hosts.yml").read_text())
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "local.yml").write_text(
+        "---\npatrol_stale_minuts: 45\nautopilot_timer_interval_minutes: 10\n")
+    proc = run_playbook(REPO / "playbooks" / "autopilot.yml", inventory, cwd=tmp_path)
+    out = stopped(proc, "patrol_stale_minuts is not a variable of this playbook (set for localhost): did you mean "
+                        "patrol_stale_minutes?")
+    assert "autopilot_timer_interval_minutes" not in out
+    assert "1 problem(s)" in out
+
+
+def test_a_wrongly_typed_variable_of_an_importing_playbook_stops_preflight(tmp_path):
+    """As molecule's converge imports preflight with vars: the play's own variables are checked too."""
+    site = tmp_path / "site.yml"
+    site.write_text("---\n- name: Preflight with the site's settings\n  ansible.builtin.import_playbook: "
+                    "remote_gpu.trainer.preflight\n  vars:\n    preflight_fail_run: sometimes\n"
+                    "    preflight_sample_secs: 1\n")
+    proc = run_playbook(site, REPO / "inventories" / "local" / "hosts.yml", cwd=tmp_path)
+    stopped(proc, "preflight_fail_run has a wrong type (for localhost)",
+            "preflight_sample_secs is not a variable of this playbook: did you mean preflight_sample_seconds?")
