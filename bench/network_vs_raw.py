@@ -76,7 +76,7 @@ def relay_cpu(state):
     pid = ((record.get("relay") or {}).get("proc") or {}).get("pid")
     if not pid:
         return None
-    fields = pathlib.Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()
+    fields = pathlib.Path("/proc/%d/stat" % pid).read_text(encoding="utf-8").rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -275,9 +275,9 @@ def main():
                 print("  round %d" % round_no, flush=True)
                 if "launch" in ops:   # first, so that patrol has a job on every host to read
                     name = "bench%d" % round_no
-                    measure(lab, meter, figures, "raw launch (rsync + ssh)", lambda: lab.raw_launch("raw" + name))
-                    measure(lab, meter, figures, "launch (fresh)", lambda: lab.launch(name))
-                    measure(lab, meter, figures, "relaunch (nothing changed)", lambda: lab.launch(name))
+                    measure(lab, meter, figures, "raw launch (rsync + ssh)", lambda name=name: lab.raw_launch("raw" + name))
+                    measure(lab, meter, figures, "launch (fresh)", lambda name=name: lab.launch(name))
+                    measure(lab, meter, figures, "relaunch (nothing changed)", lambda name=name: lab.launch(name))
                 measure(lab, meter, figures, "ping floor", lambda: lab.playbook(lab.ping))
                 if "patrol" in ops or "launch" in ops:
                     measure(lab, meter, figures, "raw patrol (seed probe, parallel ssh)", lab.raw_patrol)
@@ -292,8 +292,8 @@ def main():
                                 lambda: lab.preflight(lab.direct_off()))
             for forks in filter(None, args.forks.split(",")):
                 env = {"ANSIBLE_FORKS": forks}
-                measure(lab, meter, figures, "ping floor, forks %s" % forks, lambda: lab.playbook(lab.ping, env=env))
-                measure(lab, meter, figures, "patrol, forks %s" % forks, lambda: lab.patrol(env=env))
+                measure(lab, meter, figures, "ping floor, forks %s" % forks, lambda env=env: lab.playbook(lab.ping, env=env))
+                measure(lab, meter, figures, "patrol, forks %s" % forks, lambda env=env: lab.patrol(env=env))
             if "teardown" in ops and "launch" in ops:
                 time.sleep(3)   # the launched items (a second each) are done
                 measure(lab, meter, figures, "raw teardown (rsync pull + ssh)", lambda: lab.raw_teardown(tmp / "raw"))
@@ -325,7 +325,8 @@ def main():
         if args.json:
             pathlib.Path(args.json).write_text(json.dumps({
                 "hosts": args.hosts, "rtt_ms": args.rtt_ms, "jitter_ms": args.jitter_ms, "repeat": args.repeat,
-                "cores": os.cpu_count(), "idle_box_rate": idle, "figures": table, "ratios": ratios}, indent=1))
+                "cores": os.cpu_count(), "idle_box_rate": idle, "figures": table, "ratios": ratios}, indent=1),
+                encoding="utf-8")
         return 0
 
 

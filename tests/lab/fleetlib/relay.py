@@ -95,17 +95,17 @@ def _close(writer):
 
 async def _serve(client_reader, client_writer, upstream: tuple, delay: Delay):
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    opened = loop.time()
     to_server: asyncio.Future = loop.create_future()
     to_client: asyncio.Future = loop.create_future()
     to_client.set_result(client_writer)
     server_writer = None
     # the handshake's three half trips; the client's bytes reach sshd after it, never before
     handshake = delay.sample() + delay.sample() + delay.sample()
-    up = asyncio.ensure_future(_pump(client_reader, to_server, delay, not_before=start + handshake))
+    up = asyncio.ensure_future(_pump(client_reader, to_server, delay, not_before=opened + handshake))
     down = None
     try:
-        await asyncio.sleep(max(0.0, start + handshake - loop.time()))
+        await asyncio.sleep(max(0.0, opened + handshake - loop.time()))
         try:
             server_reader, server_writer = await asyncio.open_connection(*upstream)
         except OSError:
