@@ -6,6 +6,7 @@ Modules:
   instance  -- host-side preparation of one instance and its start inside namespaces
   nsinit    -- runs as PID 1 inside an instance's namespaces: builds its root, then execs sshd
   proxy     -- the tinyproxy behind /etc/network_turbo
+  relay     -- the latency relay in front of every sshd (--rtt-ms, --jitter-ms): the lab's network
   gpu       -- registering GPU processes with the emulator's runtime directory
   cli       -- the `tests/lab/fleet` command
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from . import gpu, instance, power, proxy
+from . import gpu, instance, power, proxy, relay
 from . import state as st
 from .inventory import MAX_SIZE, VARIANTS, host_name, inventory, layout, write_inventory
 
@@ -50,6 +50,13 @@ def cmd_up(args) -> int:
     except ValueError as exc:
         print(f"fleet up: {exc}", file=sys.stderr)
         return 2
+    for opt, value in (("--rtt-ms", args.rtt_ms), ("--jitter-ms", args.jitter_ms)):
+        if not 0 <= value <= 10000:
+            print(f"fleet up: {opt} must be between 0 and 10000 (milliseconds), got {value:g}", file=sys.stderr)
+            return 2
+    if not 1 <= args.relay_port <= 65535 or args.relay_port == 22:
+        print(f"fleet up: --relay-port must be a TCP port other than 22, got {args.relay_port}", file=sys.stderr)
+        return 2
     if not instance.SYSTEM_PYTHON:
         print("fleet up: /usr/bin/python3 is missing", file=sys.stderr)
         return 2
@@ -85,7 +92,11 @@ def cmd_up(args) -> int:
                   file=sys.stderr)
         return 1
     n_up = sum(1 for i in insts if "down" not in i["variants"])
-    _say(f"fleet up: {len(insts)} instances ({n_up} running) in {time.monotonic() - t0:.1f} s; "
+    net = ""
+    if record.get("relay"):
+        net = (f"; through the latency relay on port {args.relay_port} (round trip {args.rtt_ms:g} ms, "
+               f"jitter {args.jitter_ms:g} ms)")
+    _say(f"fleet up: {len(insts)} instances ({n_up} running) in {time.monotonic() - t0:.1f} s{net}; "
          f"ssh -F {state}/ssh_config lab-01")
     _say(inv_path)
     return 0
@@ -126,13 +137,18 @@ def _up(state: str, record: dict, insts: list, args) -> str:
         hd = st.host_dir(state, inst["name"])
         os.makedirs(hd, exist_ok=True)
         jobs.append((inst, instance.keygen(os.path.join(hd, "ssh_host_ed25519_key"), inst["name"])))
+    use_relay = args.relay or args.rtt_ms > 0 or args.jitter_ms > 0
+    ssh_port = args.relay_port if use_relay else 22
     known = []
     for inst, job in jobs:
         if job.wait() != 0:
             raise RuntimeError(f"ssh-keygen for {inst['name']}: {job.stderr.read().decode()}")
         with open(os.path.join(st.host_dir(state, inst["name"]), "ssh_host_ed25519_key.pub")) as fh:
             pub = " ".join(fh.read().split()[:2])
-        known.append(f"{inst['addr']},{inst['name']} {pub}")
+        names = f"{inst['addr']},{inst['name']}"
+        if use_relay:   # ssh looks a host up as [address]:port when the port is not 22
+            names += f",[{inst['addr']}]:{ssh_port},[{inst['name']}]:{ssh_port}"
+        known.append(f"{names} {pub}")
     known_hosts = os.path.join(state, "known_hosts")
     with open(known_hosts, "w") as fh:
         fh.write("\n".join(known) + "\n")
@@ -155,13 +171,15 @@ def _up(state: str, record: dict, insts: list, args) -> str:
                 entry["init"] = st.proc_entry(pid)
     st.save(state, record)
     instance.wait_ready(procs, float(os.environ.get("LAB_UP_TIMEOUT", "30")))
+    if use_relay:
+        relay.start(state, record, insts, args.rtt_ms, args.jitter_ms, ssh_port)
 
-    _write_ssh_config(state, insts, key, known_hosts)
+    _write_ssh_config(state, insts, key, known_hosts, ssh_port)
     inv_path = os.path.join(state, "inventory.yml")
     header = (f"Lab fleet inventory, written by `tests/lab/fleet up {' '.join(sys.argv[2:])}`.\n"
               "Platform groups load the collection's profiles through group_vars/ next to this file\n"
               "(a link to the repository's group_vars/).")
-    write_inventory(inv_path, inventory(state, insts, key, known_hosts), header)
+    write_inventory(inv_path, inventory(state, insts, key, known_hosts, ssh_port), header)
     gv = os.path.join(state, "group_vars")
     if not os.path.lexists(gv) and os.path.isdir(os.path.join(st.REPO_ROOT, "group_vars")):
         os.symlink(os.path.relpath(os.path.join(st.REPO_ROOT, "group_vars"), state), gv)
@@ -191,6 +209,10 @@ def cmd_add(args) -> int:
     if not record or record.get("status") != "up":
         print(f"fleet add: no fleet is up in {state}; run `tests/lab/fleet up` first", file=sys.stderr)
         return 1
+    if record.get("relay"):
+        print("fleet add: this fleet runs behind the latency relay (up --rtt-ms), which serves the hosts it was "
+              "started with; start the fleet without --rtt-ms to add hosts", file=sys.stderr)
+        return 2
     taken = {i["index"] for i in record["instances"]}
     index = args.index or max(taken | {0}) + 1
     if index in taken:
@@ -280,10 +302,12 @@ def cmd_remove(args) -> int:
     return 0
 
 
-def _write_ssh_config(state: str, insts: list, key: str, known_hosts: str) -> None:
+def _write_ssh_config(state: str, insts: list, key: str, known_hosts: str, port: int = 22) -> None:
     lines = ["# ssh -F this-file lab-01 ...   (written by tests/lab/fleet up)"]
     for inst in insts:
         lines += [f"Host {inst['name']}", f"  HostName {inst['addr']}", f"  User {inst['user']}"]
+        if port != 22:
+            lines.append(f"  Port {port}")
     lines += ["Host lab-*", f"  IdentityFile {key}", "  IdentitiesOnly yes", f"  UserKnownHostsFile {known_hosts}",
               "  StrictHostKeyChecking yes", "  BatchMode yes", "  ConnectTimeout 10"]
     with open(os.path.join(state, "ssh_config"), "w") as fh:
@@ -325,9 +349,13 @@ def cmd_status(args) -> int:
                      "pid": (inst.get("init") or {}).get("pid")})
     if args.json:
         print(json.dumps({"status": record.get("status"), "inventory": record.get("inventory"),
-                          "proxy": record.get("proxy"), "instances": rows}, indent=2))
+                          "proxy": record.get("proxy"), "relay": record.get("relay"), "instances": rows}, indent=2))
         return 0
     _say(f"fleet {record.get('status')} in {state}  inventory: {record.get('inventory', '-')}")
+    if record.get("relay"):
+        r = record["relay"]
+        _say(f"latency relay on port {r['port']}: round trip {r['rtt_ms']:g} ms, jitter {r['jitter_ms']:g} ms "
+             f"({'running' if st.alive(r.get('proc')) else 'stopped'})")
     cols = ("name", "addr", "platform", "region", "scenario", "user", "variants", "state", "pid")
     widths = {c: max([len(c)] + [len(str(r[c])) for r in rows]) for c in cols}
     _say("  ".join(c.upper().ljust(widths[c]) for c in cols))
@@ -382,6 +410,14 @@ def main(argv=None) -> int:
     up.add_argument("--durable-inodes", type=int, default=int(os.environ.get("LAB_DURABLE_INODES", "5000")))
     up.add_argument("--slow-seconds", type=float, default=float(os.environ.get("LAB_SLOW_SECONDS", "2")))
     up.add_argument("--replace", action="store_true", help="stop a running fleet first instead of failing")
+    up.add_argument("--rtt-ms", type=float, default=float(os.environ.get("LAB_RTT_MS", "0")),
+                    help="round trip between the controller and each instance, through the latency relay (default 0: "
+                         "no relay)")
+    up.add_argument("--jitter-ms", type=float, default=float(os.environ.get("LAB_JITTER_MS", "0")),
+                    help="the round trip varies within +- this (uniformly per chunk and direction, order kept)")
+    up.add_argument("--relay", action="store_true", help="put the relay in front of sshd even at 0 ms")
+    up.add_argument("--relay-port", type=int, default=int(os.environ.get("LAB_RELAY_PORT", relay.DEFAULT_PORT)),
+                    help=f"the relay's port on each instance address (default {relay.DEFAULT_PORT}; sshd stays on 22)")
     up.set_defaults(func=cmd_up)
     down = sub.add_parser("down", help="stop everything; safe after a failed up and safe to repeat")
     down.set_defaults(func=cmd_down)

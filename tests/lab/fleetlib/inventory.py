@@ -26,7 +26,7 @@ PLATFORMS = {
 }
 VARIANTS = ("no-tmux", "autodl-image", "non-root", "down", "slow")
 DEFAULT_SCENARIO = os.environ.get("LAB_DEFAULT_SCENARIO", "h100-idle")
-MAX_SIZE = 32
+MAX_SIZE = 128
 
 # Default layout: the first five slots, then round-robin over the last four.
 # lab-01/lab-02 share autodl region A (durable-FS sharing), lab-03 is runpod, lab-04 is autodl region B
@@ -145,7 +145,7 @@ PREFLIGHT_VARS = {"expected_count": "preflight_expected_gpus", "expected_name": 
                   "min_memory_mib": "preflight_min_memory_mib"}
 
 
-def inventory(state: str, instances: list, key_file: str, known_hosts: str) -> dict:
+def inventory(state: str, instances: list, key_file: str, known_hosts: str, port: int = 22) -> dict:
     common = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
     control = os.path.join(state, "cp", "%C")
     if len(control) + 40 < 100:      # a unix socket path must fit in 108 bytes
@@ -154,7 +154,7 @@ def inventory(state: str, instances: list, key_file: str, known_hosts: str) -> d
     groups: dict = {}
     for inst in instances:
         hosts[inst["name"]] = {
-            "ansible_host": inst["addr"], "ansible_port": 22, "ansible_user": inst["user"],
+            "ansible_host": inst["addr"], "ansible_port": port, "ansible_user": inst["user"],
             "lab_platform": inst["platform"], "lab_region": inst["region"], "lab_scenario": inst["scenario"],
             "lab_variant": inst["variants"], "lab_gpu_count": inst["gpus"], "lab_data_dir": inst["data_dir"],
             "lab_durable_dir": inst["durable_dir"], "lab_meter_log": inst["meter_log"],

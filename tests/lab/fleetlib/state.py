@@ -176,10 +176,11 @@ def teardown(state: str, log=print) -> list:
             if entry:
                 kill(entry)
                 procs.append(entry)
-    proxy = record.get("proxy") or {}
-    if proxy.get("proc"):
-        kill(proxy["proc"], signal.SIGTERM)
-        procs.append(proxy["proc"])
+    for daemon in ("proxy", "relay"):
+        entry = (record.get(daemon) or {}).get("proc")
+        if entry:
+            kill(entry, signal.SIGTERM)
+            procs.append(entry)
     left = wait_gone(procs, 10.0)
     for entry in left:
         kill(entry, signal.SIGKILL)

@@ -140,8 +140,9 @@ class SshCounter:
 def assert_nothing_left(state_dir: str, record: dict, timeout: float = 10.0) -> None:
     """No recorded process, no mount under the state dir, no sshd listener, no process in the namespaces."""
     procs = [inst[k] for inst in record.get("instances", []) for k in ("init", "unshare") if inst.get(k)]
-    if (record.get("proxy") or {}).get("proc"):
-        procs.append(record["proxy"]["proc"])
+    for daemon in ("proxy", "relay"):
+        if (record.get(daemon) or {}).get("proc"):
+            procs.append(record[daemon]["proc"])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(lab_state.alive(p) for p in procs):
         time.sleep(0.05)
@@ -153,6 +154,9 @@ def assert_nothing_left(state_dir: str, record: dict, timeout: float = 10.0) -> 
         assert not listening(inst["addr"]), f"{inst['addr']}:22 still listening"
     if record.get("proxy"):
         assert not listening("127.0.0.1", record["proxy"]["port"])
+    if record.get("relay"):
+        for inst in record.get("instances", []):
+            assert not listening(inst["addr"], record["relay"]["port"]), f"relay still on {inst['addr']}"
     ss = subprocess.run(["ss", "-ltn"], capture_output=True, text=True, check=True).stdout
     for inst in record.get("instances", []):
         assert f"{inst['addr']}:22 " not in ss

@@ -50,8 +50,11 @@ def test_bad_overrides_fail_clearly(kw):
 
 
 def test_size_limits():
-    with pytest.raises(ValueError):
-        _layout(33)
+    big = _layout(128)      # a fleet of 128 hosts (the benchmarks' largest): lab-128 on LAB_NET.138
+    assert big[-1]["name"] == "lab-128" and big[-1]["addr"].endswith(".138")
+    assert len({inst["addr"] for inst in big}) == 128
+    with pytest.raises(ValueError, match="between 1 and 128"):
+        _layout(129)
     with pytest.raises(ValueError):
         _layout(0)
 
