@@ -143,7 +143,7 @@ def fixture_tree(tmp_path):
     ("", "covered, but cites no test"),
 ])
 def test_a_covered_row_that_cites_a_missing_file_or_test_or_none_is_named(tree, tests, problem):
-    text = _doc("| X1 | §1 | b | d | covered | %s |" % tests)
+    text = _doc("| X1 | S1 | b | d | covered | %s |" % tests)
     found = problems_of(text, tree)
     assert len(found) == 1 and problem in found[0] and "(X1)" in found[0], found
 
@@ -151,16 +151,16 @@ def test_a_covered_row_that_cites_a_missing_file_or_test_or_none_is_named(tree, 
 def test_parametrized_functions_class_methods_and_async_tests_are_found(tree):
     cited = ("`tests/unit/test_a.py::test_param`, `tests/unit/test_a.py::test_param[1]`, "
              "`tests/unit/test_a.py::TestGroup::test_method`, `tests/unit/test_a.py::test_async`")
-    assert problems_of(_doc("| X1 | §1 | b | d | covered | %s |" % cited), tree) == []
+    assert problems_of(_doc("| X1 | S1 | b | d | covered | %s |" % cited), tree) == []
 
 
 def test_a_status_needs_its_reason_and_the_counts_must_match(tree):
-    assert problems_of(_doc("| X1 | §1 | b | d | partial: half of it | |",
-                            "| X2 | §1 | b | d | in progress: issue 34 item N (x) | |"), tree) == []
-    assert "status 'missing'" in problems_of(_doc("| X1 | §1 | b | d | missing | |"), tree)[0]
-    assert "status 'done'" in problems_of(_doc("| X1 | §1 | b | d | done | |"), tree)[0]
-    wrong = _doc("| X1 | §1 | b | d | partial: why | |",
+    assert problems_of(_doc("| X1 | S1 | b | d | partial: half of it | |",
+                            "| X2 | S1 | b | d | in progress: issue 34 item N (x) | |"), tree) == []
+    assert "status 'missing'" in problems_of(_doc("| X1 | S1 | b | d | missing | |"), tree)[0]
+    assert "status 'done'" in problems_of(_doc("| X1 | S1 | b | d | done | |"), tree)[0]
+    wrong = _doc("| X1 | S1 | b | d | partial: why | |",
                  counts="Counts: 1 covered, 0 partial, 0 missing, 0 wrong, 0 in progress (1 rows).")
     assert "the counts line says [1, 0, 0, 0, 0, 1]" in problems_of(wrong, tree)[0]
-    twice = _doc("| X1 | §1 | b | d | partial: a | |", "| X1 | §1 | b | d | partial: b | |")
+    twice = _doc("| X1 | S1 | b | d | partial: a | |", "| X1 | S1 | b | d | partial: b | |")
     assert any("used twice" in p for p in problems_of(twice, tree))
