@@ -86,11 +86,13 @@ LAB2_TESTS=(tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_noti
   tests/playbooks/test_collection_build.py tests/lab/tests/test_teardown_lab.py tests/lab/tests/test_reaper_lab.py
   tests/lab/tests/test_sync_failed_lab.py tests/lab/tests/test_preflight_lab.py tests/lab/tests/test_patrol_lab.py
   tests/lab/tests/test_provider_inventory_lab.py tests/lab/tests/test_power_lab.py tests/lab/tests/test_sync_lab.py
-  tests/lab/tests/test_fleet_lifecycle.py)
-# The third lab lane: the autopilot's lab tests and the ones that run the README's commands end to end.
+  tests/lab/tests/test_fleet_lifecycle.py tests/lab/tests/test_no_gpu_lab.py tests/lab/tests/test_record_lab.py)
+# The third lab lane: the autopilot's lab tests, the ones that run the README's commands end to end, renting and
+# the download helper.
 LAB3_TESTS=(tests/lab/tests/test_autopilot_lab.py tests/lab/tests/test_autopilot_preempted_lab.py
   tests/lab/tests/test_installed_collection_lab.py tests/lab/tests/test_secret_canary_lab.py
-  tests/lab/tests/test_ansible_runner_lab.py tests/lab/tests/test_demo_lab.py)
+  tests/lab/tests/test_ansible_runner_lab.py tests/lab/tests/test_demo_lab.py tests/lab/tests/test_rent_lab.py
+  tests/lab/tests/test_hf_download_lab.py)
 
 run_pytest() {
   stage "pytest (unit, hostile inputs, playbooks, lab)"
