@@ -2,7 +2,7 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A playbook's variables (names and types), checked once per play on the controller (see module_utils/play_vars)."""
+"""A playbook's variables (names and types), checked once per play on the controller (see plugin_utils/play_vars)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import play_vars
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import play_vars
 from ansible_collections.remote_gpu.trainer.plugins.modules.play_vars import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import SAFE_LOADER, DocumentedAction
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import code_check
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import code_check
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION as MODULE_DOCUMENTATION

@@ -1,11 +1,11 @@
-"""module_utils/play_vars.py: a playbook's variables against its roles' specs, as pure functions (the close match of
+"""plugin_utils/play_vars.py: a playbook's variables against its roles' specs, as pure functions (the close match of
 a misspelling, one value's type, the unknown names and the wrong types of a whole fleet, each reported once)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import play_vars
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import play_vars
 
 PATROL = {
     "main": {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import code_check
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import code_check
 
 
 def test_porcelain_files_lists_each_path_once_and_a_renames_new_name():
