@@ -26,7 +26,8 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars impor
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 display = Display()
-SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
+SETTINGS = ("heal", "autostop", "notify", "replace", "max_restarts", "idle_minutes", "unreachable_minutes",
+            "replace_after_minutes")
 ACTS = ("heal", "retry_sync", "park")
 
 
