@@ -780,7 +780,7 @@ def history_fields(decision):
     """What a history record keeps of a settled decision (its ``ap`` key): the host's part, and each judged
     job's state (``jobs``, absent when the jobs were not judged)."""
     keys = ("state", "action", "wanted", "reason", "item", "job", "run", "crash", "crash_at", "ok", "acted",
-            "heal_jobs", "replacement")
+            "heal_jobs", "replacement", "snap")
     found = dict((key, decision.get(key)) for key in keys if decision.get(key) not in (None, []))
     if isinstance(decision.get("jobs"), list):
         found["jobs"] = dict((job["job"], dict((key, job.get(key)) for key in JOB_KEYS if job.get(key) is not None))

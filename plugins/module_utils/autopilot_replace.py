@@ -203,3 +203,43 @@ def decide_replace(host, cause, settings, record, history, queue=None, old_items
             "rent": {"provider": provider, "name": name, "spec": spec, "api_url": api_url, "count": 1},
             "reason": "%s: rent %s (%s, the spec of rent %s), preflight it and relaunch the unfinished items there "
                       "from the durable checkpoint" % (cause, name, provider, rent)}
+
+
+def snapshot(result):
+    """What a history record keeps of a box's queue for a later replacement (pure): ``{"queue": ["job/item", ...],
+    "items": {"job/item": {state, synced, sync_dest, unsynced}}}`` of every job with a queue, or None."""
+    queue, items = [], {}
+    for job in (result or {}).get("jobs") or []:
+        if not isinstance(job, dict) or not job.get("exists") or not isinstance(job.get("queue_items"), list):
+            continue
+        rows = dict((row.get("item"), row) for row in job.get("items") or [] if isinstance(row, dict))
+        for item in job["queue_items"]:
+            key = "%s/%s" % (job.get("name"), item)
+            queue.append(key)
+            row = rows.get(item) or {}
+            items[key] = dict((k, row.get(k)) for k in ("state", "synced", "sync_dest") if row.get(k) is not None)
+            if row.get("unsynced"):
+                items[key]["unsynced"] = [str(f) for f in row["unsynced"]][:5]
+    return {"queue": queue, "items": items} if queue else None
+
+
+def last_snapshot(history):
+    """The latest queue snapshot (:func:`snapshot`) of the host's autopilot records, or None."""
+    for record in reversed(history or []):
+        ap = record.get("ap") if isinstance(record, dict) else None
+        if isinstance(ap, dict) and isinstance(ap.get("snap"), dict):
+            return ap["snap"]
+    return None
+
+
+def find_record(records, provider, instance_id):
+    """The rent record (of ``records``: parsed ``reports/rent-*.json``) whose kept boxes hold the instance
+    ``instance_id`` of ``provider``, or None."""
+    for record in records or ():
+        if not isinstance(record, dict) or record.get("provider") != provider:
+            continue
+        for box in record.get("boxes") or ():
+            if isinstance(box, dict) and box.get("outcome") == "kept" and \
+                    str(box.get("id")) == str(instance_id) and instance_id not in (None, ""):
+                return record
+    return None
