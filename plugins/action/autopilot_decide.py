@@ -113,7 +113,7 @@ def replace_inputs(host_vars, hostvars, args, history, hosts=()):
                 break
     record = autopilot_replace.find_record(rent_records(os.path.dirname(os.path.abspath(args["report_path"]))),
                                            provider.get("provider"), provider.get("id"))
-    return {"record": record, "queue": snap.get("queue"), "old_items": snap.get("items"), "new_items": new_items,
+    return {"record": record, "rented_id": provider.get("id") if record else None, "queue": snap.get("queue"), "old_items": snap.get("items"), "new_items": new_items,
             "survives": autopilot_replace.survives_destroy(_host_var(host_vars, "trainer_storage_tiers"),
                                                            _host_var(host_vars, "trainer_durable_dir"))}
 

@@ -169,7 +169,7 @@ def may_destroy(queue, old_items, new_items, survives, pulled=()):
 
 
 def decide_replace(host, cause, settings, record, history, queue=None, old_items=None, new_items=None,
-                   survives=None, pulled=()):
+                   survives=None, pulled=(), rented_id=None):
     """The replacement step for a host whose ``cause`` (:func:`replace_cause`) is not None, or whose replacement is
     under way (pure) -> ``{state, action, reason, ...}``.
 
@@ -177,7 +177,8 @@ def decide_replace(host, cause, settings, record, history, queue=None, old_items
       keeps its own escalation (a preemption that does not come back escalates);
     * no replacement yet: ``replace`` with the rent (``rent``: provider, name, spec, api_url) or ``escalate`` when
       the rent's record cannot drive one;
-    * a replacement runs: ``retire`` (destroy the old box, once) when :func:`may_destroy`, else ``none`` (wait);
+    * a replacement runs: ``retire`` (destroy the old box, once) when :func:`may_destroy` and a rent's record
+      names the instance (``rented_id``), else ``none`` (wait);
     * the old box destroyed: ``none`` (state ``retired``)."""
     replacement, retired = replacement_of(history)
     if retired:
@@ -185,8 +186,12 @@ def decide_replace(host, cause, settings, record, history, queue=None, old_items
                 "reason": "replaced by %s; the old box is destroyed" % (replacement or {}).get("host")}
     if replacement:
         ok, why = may_destroy(queue, old_items, new_items, survives, pulled)
+        if ok and rented_id in (None, ""):
+            ok, why = False, "no rent's record names this instance, so it is never destroyed by the autopilot"
         if ok:
+            # the instance the rent's record names: the box is gone, so its own id cannot be read
             return {"state": "replaced", "action": "retire", "wanted": "retire", "replacement": replacement,
+                    "rented_id": str(rented_id),
                     "reason": "replaced by %s; %s: destroy the old box" % (replacement.get("host"), why)}
         return {"state": "replaced", "action": "none", "wanted": "none", "replacement": replacement,
                 "reason": "replaced by %s; the old box is kept: %s" % (replacement.get("host"), why)}

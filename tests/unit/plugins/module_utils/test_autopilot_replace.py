@@ -81,7 +81,8 @@ def test_the_spec_comes_from_the_rents_record_and_each_replacement_has_its_own_n
 
 def test_decide_opted_in_rents_waits_destroys_once_and_notifies_each_step_once():
     history = [rec(NOW - 900, "preempted"), rec(NOW - 300, "preempted")]
-    replace = {"record": RECORD, "queue": ["000", "001"], "old_items": {"000": done("000")}, "survives": True}
+    replace = {"record": RECORD, "queue": ["000", "001"], "old_items": {"000": done("000")}, "survives": True,
+               "rented_id": 9000002}
     step = ap.decide("h", {"unreachable": True, "msg": "down"}, history, ON, now=NOW, provider=VAST,
                      replace=replace)
     assert (step["state"], step["action"], step["rent"]["name"]) == ("replacing", "replace", "sweep-a-r1")
@@ -97,7 +98,11 @@ def test_decide_opted_in_rents_waits_destroys_once_and_notifies_each_step_once()
     history.append(dict(rec(NOW + 60, "x"), ap=ap.history_fields(ap.settle(waiting))))
     retire = ap.decide("h", {"unreachable": True}, history, ON, now=NOW + 120, provider=VAST,
                        replace=dict(replace, new_items={"001": done("001")}))
-    assert (retire["state"], retire["action"]) == ("replaced", "retire")
+    assert (retire["state"], retire["action"], retire["rented_id"]) == ("replaced", "retire", "9000002")
+    # an instance that no rent's record names is never destroyed
+    unnamed = ap.decide("h", {"unreachable": True}, history, ON, now=NOW + 120, provider=VAST,
+                        replace=dict(replace, new_items={"001": done("001")}, rented_id=None))
+    assert unnamed["action"] == "none" and "no rent's record names this instance" in unnamed["reason"]
     settled = ap.settle(retire, {"ok": True, "msg": "destroyed"})
     assert settled["state"] == "retired" and [e["kind"] for e in settled["events"]] == ["replaced"]
     history.append(dict(rec(NOW + 120, "x"), ap=ap.history_fields(settled)))
