@@ -113,7 +113,8 @@ def replace_inputs(host_vars, hostvars, args, history, hosts=()):
                 break
     record = autopilot_replace.find_record(rent_records(os.path.dirname(os.path.abspath(args["report_path"]))),
                                            provider.get("provider"), provider.get("id"))
-    return {"record": record, "rented_id": provider.get("id") if record else None, "queue": snap.get("queue"), "old_items": snap.get("items"), "new_items": new_items,
+    return {"record": record, "rented_id": provider.get("id") if record else None, "queue": snap.get("queue"),
+            "old_items": snap.get("items"), "new_items": new_items,
             "survives": autopilot_replace.survives_destroy(_host_var(host_vars, "trainer_storage_tiers"),
                                                            _host_var(host_vars, "trainer_durable_dir"))}
 
@@ -141,7 +142,8 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
                                  billing=host_billing(host_vars), park=_host_var(host_vars, "trainer_park"),
                                  clocks=_host_var(host_vars, "trainer_danger_clocks"),
                                  provider=provider_facts(host_vars),
-                                 replace=replace_inputs(host_vars, hostvars, args, history, hosts) if hostvars else None)
+                                 replace=replace_inputs(host_vars, hostvars, args, history, hosts)
+                                 if hostvars else None)
         if settings["replace"]:
             snap = autopilot_replace.snapshot(probe if autopilot.probe_outcome(probe) == (True, None) else None)
             if snap:

@@ -156,9 +156,9 @@ def may_destroy(queue, old_items, new_items, survives, pulled=()):
         if item in pulled or _durable(old, survives) or _durable(new, True):
             continue
         if old.get("state") == "done":
-            missing.append("item %s: done on the old box, but %s" % (item, "its tier is lost on destroy and it "
-                                                                           "was not pulled" if survives is not True
-                                                     else "no verified durable copy"))
+            why = ("its tier is lost on destroy and it was not pulled" if survives is not True
+                   else "no verified durable copy")
+            missing.append("item %s: done on the old box, but %s" % (item, why))
         else:
             missing.append("item %s: not finished on the replacement yet" % item)
     if not queue:
