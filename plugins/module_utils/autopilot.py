@@ -693,7 +693,7 @@ def decide(host, result, history, settings, meter_stop=None, now=0, billing=None
         found = held
     elif (cause or underway) and (settings.get("replace") or underway):
         found = autopilot_replace.decide_replace(
-            host, cause, settings, replace.get("record"), history, replace.get("queue"), replace.get("old_items"),
+            cause, settings, replace.get("record"), history, replace.get("queue"), replace.get("old_items"),
             replace.get("new_items"), replace.get("survives"), replace.get("pulled") or (), replace.get("rented_id"))
     elif (provider or {}).get("state") == "preempted":
         # not opted in: a preemption that does not end (cause) escalates, with the commands to re-rent and relaunch

@@ -168,7 +168,7 @@ def may_destroy(queue, old_items, new_items, survives, pulled=()):
     return True, "every item of the queue is pulled, durable beyond the instance, or finished on the replacement"
 
 
-def decide_replace(host, cause, settings, record, history, queue=None, old_items=None, new_items=None,
+def decide_replace(cause, settings, record, history, queue=None, old_items=None, new_items=None,
                    survives=None, pulled=(), rented_id=None):
     """The replacement step for a host whose ``cause`` (:func:`replace_cause`) is not None, or whose replacement is
     under way (pure) -> ``{state, action, reason, ...}``.

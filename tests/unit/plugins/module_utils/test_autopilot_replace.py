@@ -68,10 +68,10 @@ def test_the_spec_comes_from_the_rents_record_and_each_replacement_has_its_own_n
     assert rp.rent_spec(RECORD) == ("vastai", "sweep-a", RECORD["spec"], "http://127.0.0.1:1")
     old_record = dict(RECORD)
     old_record.pop("spec")
-    found = rp.decide_replace("h", "preempted", ON, old_record, [])
+    found = rp.decide_replace("preempted", ON, old_record, [])
     assert (found["action"], found["state"]) == ("escalate", "replace_wanted")
     assert "holds no spec" in found["reason"]
-    first = rp.decide_replace("h", "preempted", ON, RECORD, [])
+    first = rp.decide_replace("preempted", ON, RECORD, [])
     assert first["action"] == "replace" and first["rent"] == {
         "provider": "vastai", "name": "sweep-a-r1", "spec": RECORD["spec"], "api_url": "http://127.0.0.1:1",
         "count": 1}
