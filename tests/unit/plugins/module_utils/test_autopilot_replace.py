@@ -126,3 +126,19 @@ def test_decide_without_the_opt_in_rents_nothing_and_escalates_once_preempted_fo
 def test_replace_settings():
     assert ap.settings_of(None)["replace"] is False and ap.settings_of(None)["replace_after_minutes"] == 30
     assert ap.settings_of({"replace": "yes", "replace_after_minutes": "0"})["replace_after_minutes"] == 0
+
+
+def test_the_rents_record_is_found_by_the_instance_id_and_the_queue_snapshot_is_compact():
+    other = dict(RECORD, rent="sweep-b", boxes=[{"host": "sweep-b-7", "id": 7, "outcome": "given back"}])
+    assert rp.find_record([other, RECORD], "vastai", "9000002") is RECORD
+    assert rp.find_record([other, RECORD], "runpod", 9000002) is None
+    assert rp.find_record([other], "vastai", 7) is None  # a box given back is no box of the rent
+    result = {"jobs": [{"name": "train", "exists": True, "queue_items": ["000", "001"],
+                        "items": [done("000"), {"item": "001", "state": "running", "log": "x" * 500}]},
+                       {"name": "adhoc", "exists": True}]}
+    snap = rp.snapshot(result)
+    assert snap == {"queue": ["train/000", "train/001"],
+                    "items": {"train/000": {"state": "done", "synced": 1, "sync_dest": "/mnt/nfs/runs/000"},
+                              "train/001": {"state": "running"}}}
+    history = [rec(NOW - 60, "running", snap=snap), rec(NOW, "preempted")]
+    assert rp.last_snapshot(history) == snap and rp.snapshot({"jobs": []}) is None
