@@ -8,6 +8,7 @@ history, receipts, the JSON report, and the events to notify."""
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import os
 import time
@@ -16,7 +17,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot, billing, fleet_history, fleet_patrol
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
+    autopilot, autopilot_replace, billing, fleet_history, fleet_patrol)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
@@ -26,8 +28,9 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars impor
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
 display = Display()
-SETTINGS = ("heal", "autostop", "notify", "max_restarts", "idle_minutes", "unreachable_minutes")
-ACTS = ("heal", "retry_sync", "park")
+SETTINGS = ("heal", "autostop", "notify", "replace", "max_restarts", "idle_minutes", "unreachable_minutes",
+            "replace_after_minutes")
+ACTS = ("heal", "retry_sync", "park", "replace", "retire")
 
 
 def host_billing(host_vars):
@@ -78,7 +81,45 @@ def provider_facts(host_vars):
             "durable_dir": host_var(host_vars, "trainer_durable_dir")}
 
 
-def decide_host(host, host_vars, args, now, check_mode):
+def rent_records(reports_dir):
+    """The rents' records under ``reports_dir`` (``rent-*.json``, as rent.yml writes them); unreadable ones are
+    skipped (a replacement that finds no record escalates and says so)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(reports_dir, "rent-*.json")))[:200]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found.append(json.load(handle))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def replace_inputs(host_vars, hostvars, args, history, hosts=()):
+    """What autopilot_replace's decision needs (see autopilot_replace.decide_replace): the rent's record of the
+    box (found by its provider id), the queue snapshot of its last probe, the replacement's items now, and whether
+    its durable tier survives the instance."""
+    provider = provider_facts(host_vars) or {}
+    snap = autopilot_replace.last_snapshot(history) or {}
+    replacement, _retired = autopilot_replace.replacement_of(history)
+    new_items = {}
+    if replacement and replacement.get("host"):
+        # the rent's name for it, or (an inventory plugin names a host by its label) the host with its provider id
+        names = [str(replacement["host"])] + [host for host in hosts or () if replacement.get("id") is not None and str(
+            host_var(hostvars.get(host), "provider_id")) == str(replacement["id"])]
+        for name in names:
+            new_probe = host_var(hostvars.get(name), args["probe_var"])
+            new_items = (autopilot_replace.snapshot(new_probe) or {}).get("items") or {}
+            if new_items:
+                break
+    record = autopilot_replace.find_record(rent_records(os.path.dirname(os.path.abspath(args["report_path"]))),
+                                           provider.get("provider"), provider.get("id"))
+    return {"record": record, "rented_id": provider.get("id") if record else None, "queue": snap.get("queue"),
+            "old_items": snap.get("items"), "new_items": new_items,
+            "survives": autopilot_replace.survives_destroy(host_var(host_vars, "trainer_storage_tiers"),
+                                                           host_var(host_vars, "trainer_durable_dir"))}
+
+
+def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=()):
     """One host's decision, with ``act`` (what the playbook runs) and ``open`` (the park gate)."""
     raw = dict((key, host_var(host_vars, "autopilot_" + key)) for key in SETTINGS)
     if host_var(host_vars, "autopilot_job") is not None:
@@ -100,7 +141,13 @@ def decide_host(host, host_vars, args, now, check_mode):
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=host_var(host_vars, "trainer_park"),
                                  clocks=host_var(host_vars, "trainer_danger_clocks"),
-                                 provider=provider_facts(host_vars))
+                                 provider=provider_facts(host_vars),
+                                 replace=replace_inputs(host_vars, hostvars, args, history, hosts)
+                                 if hostvars else None)
+        if settings["replace"]:
+            snap = autopilot_replace.snapshot(probe if autopilot.probe_outcome(probe) == (True, None) else None)
+            if snap:
+                found["snap"] = snap
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
             found.update(action="escalate", wanted="escalate", state="idle_manual",
@@ -120,6 +167,11 @@ def outcome_of(decision, host_vars, args):
     msg}}} of the heals, or None when none ran."""
     if decision.get("act") not in ACTS:
         return None
+    if decision["act"] in ("replace", "retire"):
+        result = host_var(host_vars, "autopilot_%s_outcome" % decision["act"])
+        if not isinstance(result, dict):
+            return {"ok": False, "msg": "the %s tasks did not run for this host" % decision["act"]}
+        return result
     var = args["heal_var"]
     if decision["act"] == "park":
         var = args["park_api_var"] if decision.get("via") == "api" else args["park_var"]
@@ -197,7 +249,8 @@ class ActionModule(DocumentedAction):
         now = time.time()
         check = bool(self._task.check_mode)
         if args["phase"] == "decide":
-            decisions = dict((host, decide_host(host, hostvars.get(host), args, now, check)) for host in hosts)
+            decisions = dict((host, decide_host(host, hostvars.get(host), args, now, check, hostvars, hosts))
+                             for host in hosts)
             warnings = sorted(set(w for d in decisions.values() for w in d.pop("history_warnings")))
             for warning in warnings:
                 display.warning("autopilot history: %s" % warning)

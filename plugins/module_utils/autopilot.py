@@ -46,16 +46,18 @@ from __future__ import annotations
 
 import datetime
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot_replace
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer, number
 
-ACTIONS = ("none", "heal", "retry_sync", "park", "escalate", "report")
-EVENT_KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted")
+ACTIONS = ("none", "heal", "retry_sync", "park", "escalate", "report", "replace", "retire")
+EVENT_KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted",
+               "replaced")
 LEVELS = {"new_fail": "FAIL", "escalated": "FAIL", "unreachable": "WARN", "healed": "WARN", "recovered": "INFO",
-          "parked": "INFO", "queue_done": "INFO", "preempted": "WARN"}
+          "parked": "INFO", "queue_done": "INFO", "preempted": "WARN", "replaced": "WARN"}
 # A GPU at or under this utilisation counts as idle.
 IDLE_UTIL_PCT = 5.0
-DEFAULTS = {"heal": False, "autostop": False, "notify": False, "max_restarts": 2, "idle_minutes": 30,
-            "unreachable_minutes": 30}
+DEFAULTS = {"heal": False, "autostop": False, "notify": False, "replace": False, "max_restarts": 2,
+            "idle_minutes": 30, "unreachable_minutes": 30, "replace_after_minutes": 30}
 CONSOLE_HINT = ("check the platform's console: the account balance (a box stops when credit runs out), its power "
                 "state, and whether it was preempted or reclaimed")
 TEARDOWN = "ansible-playbook playbooks/teardown.yml -l {host} -e teardown_approve={host}"
@@ -68,11 +70,15 @@ ESCALATED = ("escalated", "too_fast", "gate_refused", "unreachable_escalated", "
 DONE = ("done", "done_unsynced")
 # the host's own states (never a job's); "fail:config_error" is one too (the action plugin's)
 HOST_FAMILIES = ("unreachable", "unreachable_escalated", "probe_error", "parked", "park_failed", "idle_destroy_only",
-                 "idle_manual", "preempted", "preempted_escalated")
+                 "idle_manual", "preempted", "preempted_escalated") + autopilot_replace.STEPS + (
+                     "replace_failed", "retire_failed")
 # providers that give a preempted box back by themselves (a vast.ai bid instance resumes when its bid wins again, a
 # RunPod spot pod can be started again); any other preempted box (Lambda) does not come back
 GIVES_BACK = ("vastai", "runpod")
 CONFIG_ERROR = "fail:config_error"
+# the actions that settle as one host state: (state when it succeeded, state when it failed)
+SETTLED_AS = {"park": ("parked", "park_failed"), "replace": ("replaced", "replace_failed"),
+              "retire": ("retired", "retire_failed")}
 JOB_KEYS = ("state", "action", "wanted", "item", "run", "crash", "crash_at", "ok")
 
 
@@ -102,10 +108,11 @@ def settings_of(raw):
     None or absent for the default) -> dict; raises SettingsError naming the bad variable."""
     raw = raw or {}
     found = dict(DEFAULTS)
-    for key in ("heal", "autostop", "notify"):
+    for key in ("heal", "autostop", "notify", "replace"):
         if raw.get(key) is not None:
             found[key] = _bool(raw[key], key)
-    for key, least in (("max_restarts", 0), ("idle_minutes", 1), ("unreachable_minutes", 1)):
+    for key, least in (("max_restarts", 0), ("idle_minutes", 1), ("unreachable_minutes", 1),
+                       ("replace_after_minutes", 0)):
         if raw.get(key) is not None:
             found[key] = _count(raw[key], key, least)
     return found
@@ -349,9 +356,12 @@ def _host_events(host, previous, state, reason):
         kind = "unreachable"
     elif now == "preempted":
         kind = "preempted"
-    elif now in ("unreachable_escalated", "idle_destroy_only", "idle_manual", "preempted_escalated"):
+    elif now in ("unreachable_escalated", "idle_destroy_only", "idle_manual", "preempted_escalated",
+                 "replace_wanted"):
         kind = "escalated"
-    elif now in ("probe_error", "park_failed") or state == CONFIG_ERROR:
+    elif now in ("replaced", "retired"):
+        kind = "replaced"
+    elif now in ("probe_error", "park_failed", "replace_failed", "retire_failed") or state == CONFIG_ERROR:
         kind = "new_fail"
     elif now == "parked":
         kind = "parked"
@@ -400,8 +410,8 @@ def events_of(found, settled=False):
     ran (``settled`` false), a heal or park reads as done, so that decide() announces what will be sent."""
     host = found["host"]
     state = found["state"]
-    if not settled and found["action"] == "park":
-        state = "parked"
+    if not settled and found["action"] in SETTLED_AS:
+        state = SETTLED_AS[found["action"]][0]
     events = _host_events(host, found.get("previous"), state, found["reason"])
     for job in found.get("jobs") or []:
         view = job["state"] if settled else _job_view(job)
@@ -620,20 +630,21 @@ def _combine(host, decisions, result, settings, history, meter_stop, now, billin
     return found
 
 
-def preempted(host, provider, billing=None):
+def preempted(host, provider, billing=None, gone=False):
     """The decision for a box its provider reports ``preempted`` (pure): ``provider`` is the host's provider facts
     from the inventory plugin (``provider``, ``id``, ``status``, ``message``, ``durable_dir``, ``api_url``).
 
     A provider that gives the box back (GIVES_BACK) -> ``preempted``, nothing done: when it runs again, the jobs are
     judged as after a reboot and a gone job is healed from its durable checkpoint. Any other -> ``preempted_escalated``
-    with the exact commands to re-rent and relaunch."""
+    with the exact commands to re-rent and relaunch; so is a box that gave none back for
+    ``autopilot_replace_after_minutes`` (``gone``)."""
     name = provider.get("provider") or "the provider"
     cost = ("; while it waits, it bills %s %s/h (its disk)" % (billing.get("price"), billing.get("currency"))
             if billing and billing.get("price") else "")
     said = " ".join(str(provider.get("message") or "").split())
     head = "preempted: %s reports %s (%s), stopped by the market or the provider, not by you%s" % (
         name, provider.get("id"), provider.get("status"), cost)
-    if name in GIVES_BACK:
+    if name in GIVES_BACK and not gone:
         return _decision("preempted", "none", "%s. %s When it runs again, the autopilot heals the queue from the "
                                               "durable checkpoint, as after a reboot; nothing is healed or stopped "
                                               "meanwhile." % (head, said))
@@ -643,12 +654,12 @@ def preempted(host, provider, billing=None):
                 "inventory> playbooks/launch.yml -l <new host> (the queue resumes from the checkpoints in %s); 4) "
                 "forget the old one: ansible localhost -m remote_gpu.trainer.instance -a 'provider=%s id=%s "
                 "state=absent'" % (name, durable, name, name, durable, name, provider.get("id")))
-    return _decision("preempted_escalated", "escalate", "%s. %s It does not come back by itself. To go on: %s" % (
-        head, said, commands))
+    return _decision("preempted_escalated", "escalate", "%s. %s It %s. To go on: %s" % (
+        head, said, "has not come back" if name in GIVES_BACK else "does not come back by itself", commands))
 
 
 def decide(host, result, history, settings, meter_stop=None, now=0, billing=None, park=None, clocks=None,
-           provider=None):
+           provider=None, replace=None):
     """One host's decision over every job on it (pure). ``result``: the registered job_status result of every job
     under the run directory (unreachable, failed, skipped or None included); ``history``: the host's records,
     oldest first; ``settings``: settings_of's dict; ``meter_stop``: the profile's trainer_meter_stop (never run: it
@@ -656,7 +667,10 @@ def decide(host, result, history, settings, meter_stop=None, now=0, billing=None
     the box or through the API; ``keeps_data_disk`` and ``release_days`` say what a park keeps); ``billing``:
     {price, currency} when the box bills; ``clocks``: the profile's trainer_danger_clocks (the console hint of a
     box that stays unreachable names them); ``provider``: the host's provider facts from an inventory plugin (see
-    :func:`preempted`), whose ``state`` ``preempted`` is reported as such, never as unreachable."""
+    :func:`preempted`), whose ``state`` ``preempted`` is reported as such, never as unreachable; ``replace``: what
+    a replacement needs (``record``: the rent's record, ``queue``, ``old_items``, ``new_items``, ``survives``,
+    ``pulled``: see :func:`autopilot_replace.decide_replace`), used when ``autopilot_replace`` is on and the box is
+    preempted for good or FAIL on a GPU finding, or a replacement is under way."""
     previous = previous_state(history)
     reachable, error = probe_outcome(result)
     jobs = [] if error else jobs_of(result)
@@ -671,10 +685,21 @@ def decide(host, result, history, settings, meter_stop=None, now=0, billing=None
             held = _decision("parked", "none", "parked%s; %s" % (
                 at, "it does not answer, as a parked box should" if not reachable else
                 "no job has run or started on it since"))
+    replace = replace if isinstance(replace, dict) else {}
+    cause = autopilot_replace.replace_cause(provider, result if reachable and not error else None, history, now,
+                                            settings.get("replace_after_minutes", 30))
+    underway = autopilot_replace.replacement_of(history)[0] is not None
     if held:
         found = held
+    elif (cause or underway) and (settings.get("replace") or underway):
+        found = autopilot_replace.decide_replace(
+            cause, settings, replace.get("record"), history, replace.get("queue"), replace.get("old_items"),
+            replace.get("new_items"), replace.get("survives"), replace.get("pulled") or (), replace.get("rented_id"))
     elif (provider or {}).get("state") == "preempted":
-        found = preempted(host, provider, billing)
+        # not opted in: a preemption that does not end (cause) escalates, with the commands to re-rent and relaunch
+        found = preempted(host, provider, billing, gone=bool(cause))
+        if cause:
+            found["reason"] += " Or set autopilot_replace: true to let the autopilot rent a replacement."
     elif not reachable:
         since = unreachable_since(history, now)
         minutes = (now - since) / 60.0
@@ -715,16 +740,19 @@ def settle(decision, outcome=None):
     found["jobs"] = [dict(job) for job in decision.get("jobs") or []] if "jobs" in decision else None
     if found["jobs"] is None:
         found.pop("jobs")
-    if outcome is None or found["action"] not in ("heal", "retry_sync", "park"):
+    if outcome is None or found["action"] not in ("heal", "retry_sync") + tuple(SETTLED_AS):
         found.update(ok=None, acted=False)
         found["events"] = events_of(found, settled=True)
         return found
-    if found["action"] == "park":
+    if found["action"] in SETTLED_AS:
         ok = bool(outcome.get("ok"))
         msg = " ".join(str(outcome.get("msg") or "").split())[:300]
-        state = "parked" if ok else "park_failed"
-        reason = found["reason"] + ("; parked: %s" % msg if ok else "; the verb FAILED: %s" % msg)
+        state = SETTLED_AS[found["action"]][0 if ok else 1]
+        reason = found["reason"] + ("; %s: %s" % (state, msg) if ok else "; the %s FAILED: %s" % (
+            "verb" if found["action"] == "park" else found["action"], msg))
         found.update(ok=ok, acted=True, state=state, reason=reason)
+        if ok and isinstance(outcome.get("replacement"), dict):
+            found["replacement"] = dict(outcome["replacement"])
         found["events"] = events_of(found, settled=True)
         return found
     results = outcome.get("jobs") if isinstance(outcome.get("jobs"), dict) else {}
@@ -752,7 +780,7 @@ def history_fields(decision):
     """What a history record keeps of a settled decision (its ``ap`` key): the host's part, and each judged
     job's state (``jobs``, absent when the jobs were not judged)."""
     keys = ("state", "action", "wanted", "reason", "item", "job", "run", "crash", "crash_at", "ok", "acted",
-            "heal_jobs")
+            "heal_jobs", "replacement", "snap")
     found = dict((key, decision.get(key)) for key in keys if decision.get(key) not in (None, []))
     if isinstance(decision.get("jobs"), list):
         found["jobs"] = dict((job["job"], dict((key, job.get(key)) for key in JOB_KEYS if job.get(key) is not None))

@@ -30,7 +30,8 @@ from email.message import EmailMessage
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import redact as redact_mod
 
-KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted")
+KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted",
+         "replaced")
 EVENT_KEYS = ("host", "kind", "level", "text")
 SINK_TYPES = ("webhook", "slack", "feishu", "lark", "dingtalk", "wecom", "email")
 HTTP_TYPES = ("webhook", "slack", "feishu", "lark", "dingtalk", "wecom")

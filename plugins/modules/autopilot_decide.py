@@ -35,6 +35,12 @@ description:
   - A decision's C(act) names the action to run on the box (V(heal), V(retry_sync) or V(park)); it is set only
     for a host opted in to it, never in check mode, and for V(park) only when the profile's verb is reversible
     and runs in the box, with no unresolved C($VAR) placeholder (C(open) is then true).
+  - With C(autopilot_replace), a box its provider preempted and does not give back (after
+    C(autopilot_replace_after_minutes) where it may), or one with a GPU finding at FAIL, gets C(act) V(replace)
+    (rent a box with the spec of the rent's record C(reports/rent-*.json) that names its C(provider_id), then
+    relaunch there), and later V(retire) (destroy it once through the API) when every item of its queue is
+    pulled, durable on a tier that survives the instance, or finished on the replacement. Their outcomes are
+    read from the host variables C(autopilot_replace_outcome) and C(autopilot_retire_outcome).
   - V(record) settles each decision with the outcome of its action (the variables O(heal_var), O(park_var) and
     O(park_api_var)),
     prints one line per host, appends one record per host to its history (C(kind) V(autopilot), with the
@@ -101,7 +107,8 @@ EXAMPLES = r"""
 RETURN = r"""
 decisions:
   description:
-    - One decision per host, by host name, with C(action) (none, heal, retry_sync, park, escalate, report),
+    - One decision per host, by host name, with C(action) (none, heal, retry_sync, park, escalate, report,
+      replace, retire),
       C(wanted) (what it would do when opted in), C(act) (what the playbook runs, or null), C(open), C(state),
       C(reason), C(item), C(job) (the job that leads the decision) and C(events).
     - C(jobs) lists the decision of each job on the host (C(job), C(state), C(action), C(wanted), C(reason),

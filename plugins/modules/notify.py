@@ -41,8 +41,8 @@ options:
     description:
       - What happened, one mapping per event with the keys C(host), C(kind), C(level) and C(text).
       - C(kind) is one of V(new_fail), V(recovered), V(healed), V(parked), V(queue_done), V(unreachable),
-        V(escalated), V(preempted). An event that lacks a key or has another kind is left out and listed in RV(failures) (sink
-        V(events)).
+        V(escalated), V(preempted), V(replaced). An event that lacks a key or has another kind is left out and
+        listed in RV(failures) (sink V(events)).
       - No event, no message.
     type: list
     elements: dict

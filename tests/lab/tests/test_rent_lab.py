@@ -92,6 +92,9 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
     (destroy,) = calls(fake, "DELETE", "/api/v0/instances/")
     assert destroy["path"].rstrip("/").endswith("/9000002")  # the box of the first, cheapest offer
     report = json.loads((laptop / "reports" / ("rent-%s.json" % NAME)).read_text())
+    # what autopilot_replace rents a replacement with
+    assert report["spec"] == {"gpu": "H100_SXM", "gpu_count": 8, "max_price": 5, "image": "pytorch/pytorch:latest",
+                              "disk_gb": 64, "interruptible": False} and report["api_url"] == fake.url, report
     rows = {row["host"]: row for row in report["boxes"]}
     kept = sorted(h for h, r in rows.items() if r["outcome"] == "kept")
     assert kept == ["%s-9000003" % NAME, "%s-9000004" % NAME], rows
