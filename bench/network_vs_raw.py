@@ -49,9 +49,9 @@ TRAIN_SH = ("#!/usr/bin/env bash\n# a small project's entry point: a few epochs,
             "for e in 1 2; do echo \"epoch $e/2 loss 0.5\"; sleep 0.2; done\n"
             "mkdir -p \"${TRAINER_OUTPUT_DIR:-out}\" && cp weights.safetensors \"${TRAINER_OUTPUT_DIR:-out}/best.safetensors\"\n")
 # a real safetensors file (u64 LE header length, JSON header, data), so that teardown's verification can load it
-WEIGHTS = (lambda header: struct.pack("<Q", len(header)) + header + struct.pack("<4f", 0.5, 1.5, 2.5, 3.5))(
-    json.dumps({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}
-               ).encode())
+_HEADER = json.dumps({"__metadata__": {"format": "pt"},
+                      "w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+WEIGHTS = struct.pack("<Q", len(_HEADER)) + _HEADER + struct.pack("<4f", 0.5, 1.5, 2.5, 3.5)
 # every host an AutoDL box (its meter stops with the lab's shutdown stand-in, no provider API needed), the region's
 # durable FS large enough for every host's outputs
 FLEET_OPTIONS = ("--platform", "all=autodl", "--durable-size", "1g", "--durable-inodes", "100000")

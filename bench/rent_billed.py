@@ -71,9 +71,9 @@ def main():
             ratio = bad["seconds_billed"] / floor
             ratios.append(ratio)
             print("run %d: billed %.1f s (running after %.1f s, provisioning delay %.1f s, probe %.1f s); floor "
-                  "%.1f s; ratio %.2f; overhead %.1f s" % (run_no + 1, bad["seconds_billed"], bad["running_after_s"],
-                                                          args.delay, bad["probe_seconds"] or 0, floor, ratio,
-                                                          bad["seconds_billed"] - floor))
+                  "%.1f s; ratio %.2f; overhead %.1f s" % (
+                      run_no + 1, bad["seconds_billed"], bad["running_after_s"], args.delay,
+                      bad["probe_seconds"] or 0, floor, ratio, bad["seconds_billed"] - floor))
     median = statistics.median(ratios)
     print("median ratio billed / (provisioning delay + probe): %.2f (target <= 1.5)" % median)
     return 0

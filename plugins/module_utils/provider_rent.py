@@ -74,7 +74,7 @@ def check_spec(provider, spec):
     for key in ("min_vram_gb", "max_price", "min_reliability", "disk_gb", "volume_gb"):
         out[key] = _number(spec, key, float, 0)
     out["min_direct_ports"] = _number(spec, "min_direct_ports", int, 0)
-    out["interruptible"] = bool(spec.get("interruptible") or False)
+    out["interruptible"] = bool(spec.get("interruptible"))
     if out["min_reliability"] is not None and out["min_reliability"] > 1:
         raise SpecError("spec.min_reliability is a fraction between 0 and 1 (vast.ai's reliability), not %s."
                         % out["min_reliability"])
@@ -217,8 +217,8 @@ def explain(spec, excluded, seen):
     """One sentence per constraint that excluded offers: which constraint, its value, which offers."""
     if not seen:
         return ("vast.ai answered no offer for %s x %d (the search itself filters on the GPU name and count, and "
-                "rentable): widen spec.gpu or spec.gpu_count." % (", ".join(spec.get("gpu") or ["any GPU"]),
-                                                                   int(spec.get("gpu_count") or 1)))
+                "rentable): widen spec.gpu or spec.gpu_count." % (
+                    ", ".join(spec.get("gpu") or ["any GPU"]), int(spec.get("gpu_count") or 1)))
     parts = []
     limits = {"max_price": "max_price %s $/h" % spec.get("max_price"),
               "min_vram_gb": "min_vram_gb %s" % spec.get("min_vram_gb"),
@@ -232,8 +232,8 @@ def explain(spec, excluded, seen):
     for name, offers in excluded.items():
         shown = ", ".join("%s (machine %s, %s $/h)" % (o["id"], o["machine_id"], o["price_per_hour"])
                           for o in offers[:6])
-        parts.append("%s excluded %d offer(s): %s%s" % (limits.get(name, name), len(offers), shown,
-                                                         ", ..." if len(offers) > 6 else ""))
+        parts.append("%s excluded %d offer(s): %s%s" % (
+            limits.get(name, name), len(offers), shown, ", ..." if len(offers) > 6 else ""))
     return "%d offer(s) seen; %s." % (seen, "; ".join(parts))
 
 

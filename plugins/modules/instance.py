@@ -540,9 +540,9 @@ def present(module, result):
                                  % (len(result["created"]), need, "; ".join(tried)[:1200]),
                              error_kind="not_rented", **result)
     elif need:
-        result["offers"] = [{"id": None, "machine_id": None, "gpu_name": ", ".join(spec["gpu"] or
-                                                                                  [spec.get("instance_type") or ""]),
-                             "num_gpus": spec["gpu_count"], "price_per_hour": None}] * need
+        gpu_label = ", ".join(spec["gpu"] or [spec.get("instance_type") or ""])
+        result["offers"] = [{"id": None, "machine_id": None, "gpu_name": gpu_label, "num_gpus": spec["gpu_count"],
+                             "price_per_hour": None}] * need
         if module.check_mode:
             result["changed"] = True
             return result

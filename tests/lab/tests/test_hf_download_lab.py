@@ -183,7 +183,9 @@ def test_download_through_a_flaky_mirror_resumes_and_completes(box):
     assert got.returncode == 0, got.stderr
     snapshot = "/root/autodl-tmp/huggingface_cache/hub/models--lab--tiny-model/snapshots/%s" % COMMIT
     assert got.stdout.strip() == snapshot, got.stdout
-    assert "done after 2 attempts" in got.stderr, got.stderr
+    # two attempts: the drop, then the resume (a loaded machine can cost one more: a request that the proxy or the
+    # stand-in mirror dropped before any byte of the file; the Range header below says what resumed)
+    assert re.search(r"done after [23] attempts", got.stderr), got.stderr
     on_box = fleet.ssh("lab-01", "sha256sum %s/model.bin" % snapshot).stdout.split()[0]
     assert on_box == hashlib.sha256(BLOB).hexdigest()
     gets = [rng for method, path, rng in Mirror.seen if method == "GET" and path.endswith("/model.bin")]

@@ -100,8 +100,8 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
     assert kept == ["%s-9000003" % NAME, "%s-9000004" % NAME], rows
     assert all(rows[h]["verdict"] == "PASS" for h in kept)
     bad = rows["%s-9000002" % NAME]
-    assert (bad["outcome"], bad["verdict"], bad["machine_id"], bad["offer"]) == ("given back", "FAIL", BAD_MACHINE,
-                                                                               7100001)
+    assert (bad["outcome"], bad["verdict"], bad["machine_id"], bad["offer"]) == (
+        "given back", "FAIL", BAD_MACHINE, 7100001)
     assert bad["finding"].startswith("throttle_active") and bad["seconds_billed"] > 0
     recorded = json.loads((laptop / "reports" / "bad_machines.json").read_text())
     assert [(r["machine_id"], r["provider"], r["finding"].split(":")[0]) for r in recorded] == [

@@ -87,14 +87,16 @@ def test_a_full_durable_tier_never_causes_retraining(fleet, src, tmp_path):
     trained = fleet.ssh(HOST, "sha256sum %s/best.pt" % output_dir).stdout.split()[0]
     assert trained == hashlib.sha256(BEST).hexdigest()
 
-    # Relaunch while the durable tier is still full: only the sync is retried, the command does not run again.
-    launch(fleet, src, extra=EXTRA)
-    assert wait_finished(fleet, HOST, "train")["exit_code"] == 1
+    # Relaunch while the durable tier is still full: launch's preflight probe refuses the box, naming the full tier,
+    # and nothing runs again (the trained checkpoint stays where it is, the item stays sync_failed).
+    proc = run_playbook(fleet, tmp_path, "launch.yml", "-e", json.dumps(
+        dict(EXTRA, launch_src=str(src), launch_command="bash train.sh")))
+    assert proc.returncode != 0 and "inodes_exhausted: /root/autodl-fs" in proc.stdout, proc.stdout[-4000:]
     assert [line for line in runs(fleet, HOST) if line] == ["000 s0 %s" % HOST]
     assert fleet.ssh(HOST, "sha256sum %s/best.pt" % output_dir).stdout.split()[0] == trained
     status = read_json(fleet, HOST, STATUS)
     assert (status["exit_code"], status["command_exit_code"], status["state"]) == (1, 0, "sync_failed")
-    assert status["sync_attempts"] == 2 and sorted(status["unsynced"]) == ["best.pt", "trainer-item.log"]
+    assert status["sync_attempts"] == 1 and sorted(status["unsynced"]) == ["best.pt", "trainer-item.log"]
     assert "inodes" in status["sync_error"] and "not enough room" in status["sync_error"], status["sync_error"]
 
     proc, row = patrol(fleet, tmp_path)

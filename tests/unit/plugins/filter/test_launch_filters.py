@@ -46,8 +46,9 @@ def test_launch_report_in_environment_only_mode():
     assert line == ("lab-01: no GPU: environment-only mode: the environment is applied, the queue is not started "
                     "(items 000 002; launch_no_gpu_ok=true runs launch_command without a GPU)")
     # a job that runs (a CPU queue started with launch_no_gpu_ok) is still left alone and said so
-    assert "running (pid 9)" in FILTERS["launch_report"](ITEMS, "lab-01", probe={"jobs": [{"alive": True, "pid": 9}]},
-                                                          environment_only=True)
+    report = FILTERS["launch_report"](ITEMS, "lab-01", probe={"jobs": [{"alive": True, "pid": 9}]},
+                                      environment_only=True)
+    assert "running (pid 9)" in report
 
 
 def test_launch_report_without_items():
