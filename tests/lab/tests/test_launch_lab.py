@@ -145,7 +145,8 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
             if item == "003":
                 assert status["exit_code"] == 3 and status["synced"] == []
                 continue
-            assert status["exit_code"] == 0 and status["sync_error"] is None and status["state"] == "done"
+            assert status["exit_code"] == 0 and status["sync_error"] is None and status["state"] == "done", (
+                status, fleet.ssh(host, "tail -60 ~/.trainer/jobs/train/job.log", check=False).stdout)
             best = b"best-a%d" % int(item)
             # the best files, and the item's part of the job log beside them
             assert [entry["path"] for entry in status["synced"]] == ["best.pt", "trainer-item.log"]
