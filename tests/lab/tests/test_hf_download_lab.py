@@ -58,7 +58,9 @@ class Mirror(http.server.BaseHTTPRequestHandler):
     """The Hugging Face API and resolve layout for one repository; model.bin is an LFS file (its ETag is its
     sha256). The first GET of model.bin sends half the body and drops the connection."""
 
-    protocol_version = "HTTP/1.1"
+    # one request per connection: after the deliberate drop, no kept-alive connection (through the lab's proxy) is
+    # left for a later request to find closed
+    protocol_version = "HTTP/1.0"
     seen = []  # (method, path, Range)
     model_gets = 0
 
