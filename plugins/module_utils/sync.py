@@ -115,8 +115,16 @@ def missing_dirs(dest, items):
 
 
 def make_dirs(dirs):
+    """Create ``dirs`` (missing_dirs' list). One that appeared since it was planned (a second box writing to the
+    same shared durable FS, such as two AutoDL instances of one region creating ``runs/<job>`` at once) is what was
+    wanted when it is a real directory; a file or a link there is refused."""
     for path in dirs:
-        os.mkdir(path)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if os.path.islink(path) or not os.path.isdir(path):
+                raise SyncError("%s appeared while the sync ran and is not a directory; cannot create it" % path)
+            continue
         fsync_dir(os.path.dirname(path))
 
 

@@ -77,3 +77,21 @@ def test_run_sync_raises_only_sync_error_and_an_io_error_says_so(tmp_path, monke
         "checked_sync failed: I/O error: [Errno 28] No space left on device; the filesystem is full: free space or "
         "choose another dest.")
     assert result["changed"] is False and result["free_bytes"] is not None
+
+
+def test_a_directory_that_another_box_made_meanwhile_is_taken_a_file_or_link_there_is_refused(tmp_path):
+    # Two AutoDL instances of one region share the durable FS: both plan runs/<job> as missing, one makes it first.
+    # The other's sync failed with FileExistsError (an item trained, then sync_failed, in the 7-item lab queue).
+    runs = tmp_path / "runs"
+    planned = sync.missing_dirs(str(tmp_path), [{"dest": str(runs / "train" / "000" / "best.pt")}])
+    assert planned == [str(runs), str(runs / "train"), str(runs / "train" / "000")]
+    (runs / "train").mkdir(parents=True)  # the other box, between the plan and the mkdir
+    sync.make_dirs(planned)
+    assert (runs / "train" / "000").is_dir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(other)
+    for path in (tmp_path / "file", tmp_path / "link"):
+        with pytest.raises(sync.SyncError, match="appeared while the sync ran and is not a directory"):
+            sync.make_dirs([str(path)])
