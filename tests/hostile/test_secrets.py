@@ -254,6 +254,15 @@ def _symlink(path, tmp):
     os.symlink(str(secret), str(path))
 
 
+def _rent_fifo(_path, tmp):
+    """A FIFO named like a rent's record in the reports directory (the report's), where every tick looks for them."""
+    os.mkfifo(str(tmp / "rent-planted.json"))
+
+
+def decided(result, _tmp):
+    assert result["decisions"]["box1"]["state"], result
+
+
 def says(*words):
     def check(result, _tmp):
         assert result["decisions"]["box1"]["state"], result
@@ -312,6 +321,8 @@ HISTORY_CASES = [
          history_with(_huge), "ok", check=says("box1.jsonl", "larger than"), timeout=10, task_vars=AUTOPILOT_VARS),
     Case("autopilot_decide: a history file that is a symlink is not followed, and says so", AutopilotDecide,
          history_with(_symlink), "ok", check=says("box1.jsonl", "symlink"), timeout=10, task_vars=AUTOPILOT_VARS),
+    Case("autopilot_decide: a FIFO named rent-*.json in the reports directory ends (never opened blocking)",
+         AutopilotDecide, history_with(_rent_fifo), "ok", check=decided, timeout=10, task_vars=AUTOPILOT_VARS),
 ]
 
 
