@@ -522,3 +522,36 @@ def test_inventory_plugins(row, tmp_path):
             assert proc.returncode == 0 and list((tmp_path / "cache").iterdir()), output[-2000:]
     finally:
         server.stop()
+
+
+# hf_mirror with an endpoint that carries user information: refused before anything is written, and never printed
+# (the role's assert printed the whole URL with its password, and blamed the URL's form)
+HF_ENDPOINT_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: remote_gpu.trainer.hf_mirror
+      vars:
+        trainer_profile: autodl
+        trainer_hf_endpoint: "https://canary:%s@hf-mirror.example/"
+        trainer_hf_disable_xet: true
+        trainer_hf_home: ""
+        trainer_hf_transfer: false
+        trainer_interpreter: "%s"
+        hf_mirror_env_dir: "%s"
+"""
+
+
+def test_hf_mirror_refuses_an_endpoint_with_user_information(tmp_path):
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(HF_ENDPOINT_PLAY % (URL_PASSWORD, sys.executable, tmp_path / "env.d"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-vvv", "-i", "localhost,",
+                           "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env, timeout=300, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output[-2000:]
+    assert "user information" in output, output[-2000:]
+    assert URL_PASSWORD not in output, "the endpoint's password was printed"
+    assert not (tmp_path / "env.d").exists(), "something was written"
