@@ -154,12 +154,13 @@ NOTIFY_CASES = [
 
 # --- planted paths: a job directory names files outside it ------------------------------------------------------
 
-def planted_meta(log_path_of, link=False):
+def planted_meta(log_path_of, link=False, crash=False):
     """A job directory whose own, private (0600) job.meta.json names ``log_path_of(tmp, job_dir)``; the secret file
-    lies outside the run directory."""
+    lies outside the run directory (with ``crash``, it holds crash markers too)."""
     def build(tmp):
         secret = tmp / "shadow"
-        secret.write_text("root:%s:19000:0:99999:7:::\n" % SHADOW)
+        secret.write_text("root:%s:19000:0:99999:7:::\n" % SHADOW + (
+            "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory\n" if crash else ""))
         job_dir = tmp / "jobs" / "j"
         job_dir.mkdir(parents=True)
         os.chmod(str(job_dir), 0o700)
@@ -181,6 +182,13 @@ def no_byte_of_the_secret(code):
         assert code in [f["code"] for f in result["findings"]], result["findings"]
         assert result["jobs"][0]["log_path"] != str(tmp / "shadow")
     return check
+
+
+def no_crash_from_outside(result, tmp):
+    no_byte_of_the_secret("job_meta_untrusted")(result, tmp)
+    job = result["jobs"][0]
+    assert not job["crash_markers"] and not job["earlier_crashes"], job
+    assert "job_crashed" not in [f["code"] for f in result["findings"]], result["findings"]
 
 
 def planted_oom_path(tmp):
@@ -214,6 +222,8 @@ PLANTED_CASES = [
     Case("job_status: a meta log_path inside the job directory that links out of it is not followed", job_status,
          planted_meta(lambda tmp, job_dir: job_dir / "train.log", link=True), "ok",
          check=no_byte_of_the_secret("log_refused")),
+    Case("job_status: crash markers in a file a meta log_path names outside the job directory are not reported",
+         job_status, planted_meta(lambda tmp, job_dir: tmp / "shadow", crash=True), "ok", check=no_crash_from_outside),
 ]
 
 
