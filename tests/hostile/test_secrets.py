@@ -3,7 +3,8 @@ job directory plants, history files that block or never end, a listed directory 
 whose messages named the wrong cause (see conftest.py for the three expected outcomes).
 
 Each row failed on the code before issue 29: a secret in the message, a file outside the job directory read, a
-hang, a mode applied through a link, a traceback or a wrong cause."""
+hang, a mode applied through a link, a traceback or a wrong cause; except the rows marked ``held before``, which
+show a path that point 3 names (the pull roster) confined by a guard that was already there."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide impo
 from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import ActionModule as FleetReport
 from ansible_collections.remote_gpu.trainer.plugins.action.notify import ActionModule as Notify
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
-from ansible_collections.remote_gpu.trainer.plugins.modules import env_audit, instance, job_status, write_files
+from ansible_collections.remote_gpu.trainer.plugins.modules import (
+    env_audit, instance, job_status, pull_manifest, write_files)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("fake_api", REPO / "tests" / "lab" / "providers" / "fake_api.py")
@@ -211,7 +213,39 @@ def no_counter_read(result, _tmp):
     assert job["oom_kills_since_launch"] is None and job["vanished_reason"] != "oom_kill", job
 
 
+def planted_synced(rel, link=False):
+    """A job that launch recorded (queue.json, one item, its durable root), whose item status.json names a synced
+    copy ``rel`` that leads out of the durable root (with ``link``: ``rel`` is a symlink to the secret)."""
+    def build(tmp):
+        secret = tmp / "shadow"
+        secret.write_text("root:%s:19000:0:99999:7:::\n" % SHADOW)
+        durable, job_dir = tmp / "fs" / "runs" / "exp", tmp / "jobs" / "j"
+        (durable / "000").mkdir(parents=True)
+        (job_dir / "items" / "000").mkdir(parents=True)
+        os.chmod(str(job_dir), 0o700)
+        if link:
+            os.symlink(str(secret), str(durable / "000" / rel))
+        (job_dir / "queue.json").write_text(json.dumps({
+            "version": 1, "job": "j", "run_id": "exp", "host": "box1", "queue_length": 1, "best": ["*.pt"],
+            "output_root": str(tmp / "out"), "durable_root": str(durable),
+            "items": [{"item": "000", "arg": "", "output_dir": str(tmp / "out" / "000"),
+                       "sync_dest": str(durable / "000")}]}))
+        (job_dir / "items" / "000" / "status.json").write_text(json.dumps({
+            "item": "000", "exit_code": 0, "state": "done", "sync_dest": str(durable / "000"),
+            "synced": [{"path": rel, "bytes": secret.stat().st_size, "sha256": "0" * 64}]}))
+        return {"job": "j", "run_dir": str(tmp / "jobs"), "manifest_path": str(tmp / "manifest.json")}
+    return build
+
+
+def nothing_of_the_secret(result, tmp):
+    assert SHADOW not in json.dumps(result, default=str) and not (tmp / "manifest.json").exists(), result
+
+
 PLANTED_CASES = [
+    Case("pull_manifest: an item status naming a synced copy ../ out of the durable root is refused (held before)",
+         pull_manifest, planted_synced("../../../../shadow"), "error", "'..' component", check=nothing_of_the_secret),
+    Case("pull_manifest: a synced copy that links out of the durable root is refused (held before)", pull_manifest,
+         planted_synced("best.pt", link=True), "error", "leads outside the root", check=nothing_of_the_secret),
     Case("job_status: a meta oom_events_path naming a file that is no cgroup counter file is not read", job_status,
          planted_oom_path, "ok", check=no_counter_read),
     Case("job_status: a private job.meta.json naming log_path outside the job directory (/etc/shadow)", job_status,
