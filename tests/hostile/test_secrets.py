@@ -164,6 +164,8 @@ def no_byte_of_the_secret(code):
         assert SHADOW not in text and "root:" not in text, text[:2000]
         assert code in [f["code"] for f in result["findings"]], result["findings"]
         assert result["jobs"][0]["log_path"] != str(tmp / "shadow")
+        # what to do never points at the planted file ("Read the tail of /etc/shadow")
+        assert not [f for f in result["findings"] if str(tmp / "shadow") in f.get("action", "")], result["findings"]
     return check
 
 
