@@ -31,7 +31,7 @@ unit: setup
 	@bash scripts/test.sh unit
 
 lab: setup
-	@bash scripts/test.sh lab lab2 lab3
+	@bash scripts/test.sh lab lab2 lab3 lab_checks
 
 molecule: setup
 	@bash scripts/test.sh molecule

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, timer, molecule (every scenario),
-# molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV picks the core, see below).
+# Stages: lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, lab_checks,
+# timer, molecule (every scenario), molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV
+# picks the core, see below).
 # Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, seven lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
 # and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; five lanes keep both cores
@@ -143,6 +144,12 @@ run_lab() {
   pytest_stage $(printf -- '--ignore %s ' "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}" "${LAB2_TESTS[@]}" \
     "${LAB3_TESTS[@]}" "${CORE_SMOKE_TESTS[@]}") \
     tests/playbooks $(ls -d tests/lab/gpu/tests tests/lab/tests 2>/dev/null)
+}
+
+# `make lab` runs lab, lab2, lab3 and this: the playbook tests that make test runs in its checks and molecule lanes
+run_lab_checks() {
+  stage "pytest (${CHECKS_PLAYBOOK_TESTS[*]} ${TIMER_TESTS[*]})"
+  pytest_stage "${CHECKS_PLAYBOOK_TESTS[@]}" "${TIMER_TESTS[@]}"
 }
 
 run_lab2() {

@@ -12,11 +12,15 @@ type: stdout
 short_description: the default output, with ok results hidden but the reports that tasks print kept
 version_added: 1.0.0
 description:
-  - The output of C(ansible.builtin.default), with all of its options, and one difference.
+  - The output of C(ansible.builtin.default), with all of its options, and two differences.
   - With O(display_ok_hosts=false), the default callback hides every ok result, also the messages that
     M(ansible.builtin.debug) (and M(ansible.builtin.assert) with a success message) print for people, such as
     launch's assignment table and its one line per host. This callback still prints those, and hides the
     C(included:) lines of role and task includes, which are ok results too.
+  - It also holds back the banner of a play until something is shown under it, so that a play made only of tasks
+    that print nothing of their own when they pass (M(ansible.builtin.set_fact), M(ansible.builtin.assert),
+    M(ansible.builtin.fail), the collection's profile and variable checks), such as each playbook's profile
+    validation, prints no empty C(PLAY [...]) header. Any other task shows its play's banner when it starts.
   - With C(-v) or more, it prints every ok result, as the default callback does with O(display_ok_hosts=true).
   - Changed, failed and unreachable results, warnings, the recap and, with O(display_ok_hosts=true), everything else
     print exactly as the default callback prints them.
@@ -33,6 +37,20 @@ requirements:
 
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+# Actions that print nothing of their own: only their result, which is hidden when ok (a failure, or -v, shows it).
+# A play made of these alone (the playbooks' profile validation) prints no banner unless one of its tasks shows
+# something. Any other action (debug, or one that prints a table itself) shows its play's banner when it starts.
+SILENT_ACTIONS = frozenset("%s%s" % (prefix, name) for prefix in ("", "ansible.builtin.", "ansible.legacy.")
+                           for name in ("set_fact", "assert", "fail", "meta", "include_vars")) | frozenset(
+    ("remote_gpu.trainer.play_vars", "remote_gpu.trainer.profile_check"))
+
+
+def silent(task):
+    """Whether ``task`` prints nothing unless its result is shown (an include's tasks start on their own)."""
+    if isinstance(task, TaskInclude):
+        return True
+    return bool({getattr(task, "action", None), getattr(task, "resolved_action", None)} & SILENT_ACTIONS)
 
 
 def says_something(result):
@@ -52,6 +70,49 @@ class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "remote_gpu.trainer.quiet"
+
+    _pending_play = None
+
+    def _quiet(self):
+        return not (self.get_option("display_ok_hosts") or self._display.verbosity > 0)
+
+    def _show_play(self):
+        """Print the banner of the play that was held back, before the first thing printed under it."""
+        play, self._pending_play = self._pending_play, None
+        if play is not None:
+            super().v2_playbook_on_play_start(play)
+
+    def v2_playbook_on_play_start(self, play):
+        if not self._quiet():
+            return super().v2_playbook_on_play_start(play)
+        self._play = play  # as the default does; the banner waits for the first thing shown under it
+        self._pending_play = play
+        return None
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        if not silent(task):
+            self._show_play()
+        return super().v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._show_play()
+        return super().v2_playbook_on_handler_task_start(task)
+
+    def v2_playbook_on_no_hosts_matched(self):
+        self._show_play()
+        return super().v2_playbook_on_no_hosts_matched()
+
+    def v2_playbook_on_no_hosts_remaining(self):
+        self._show_play()
+        return super().v2_playbook_on_no_hosts_remaining()
+
+    def _print_task_banner(self, task):
+        self._show_play()
+        return super()._print_task_banner(task)
+
+    def v2_runner_retry(self, result):
+        self._show_play()
+        return super().v2_runner_retry(result)
 
     def _shown(self, method, result):
         if self.get_option("display_ok_hosts") or not (says_something(result) or self._display.verbosity > 0):

@@ -1,6 +1,6 @@
 """The collection builds, installs into an empty collections path, and documents its modules; the tarball holds the
-collection and nothing else: no output folder of a checkout (pulls, reports, data, lab state, caches, environments,
-builds) ever goes into it (issue 30)."""
+collection and nothing else: no output folder of a checkout (pulls, reports, data, rent's inventories, lab state,
+caches, environments, builds), nor a renter's fleet in inventories/mine, ever goes into it (issue 30)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ PLANTED = ["pulls/lab-01/train/best.safetensors", "pulls/lab-01/TEARDOWN_RECEIPT
            "tests/lab/state/inventory.yml", "tests/output/junit.xml", ".cache/pip/x", ".pytest_cache/v/x",
            ".mypy_cache/x", ".ruff_cache/x", ".tox/py/x", ".nox/lane/x", ".ansible/tmp/x", ".collections/x",
            ".venv/bin/python", "venv/bin/python", "remote_gpu-trainer-0.0.9.tar.gz", "launch.retry",
-           "autopilot.log"]
+           "autopilot.log", "inventories/rented/sweep-a.yml", "inventories/mine/hosts.yml",
+           "inventories/mine/known_hosts"]
 
 
 def galaxy_build(source, output):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -191,6 +192,10 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
     assert json.loads((project / "reports" / "preflight.json").read_text())["hosts"][0]["host"] == host
     launch = runs["remote_gpu.trainer.launch"][1]
     assert "%s: started train under tmux" % host in launch.stdout, shown(launch)
+    # the assignment table is read as a table: each item on a line of its own, not a JSON string with \n in it
+    for item, config in enumerate(CONFIGS):
+        row = r"^\s*%03d\s+%s\s+%s\s*$" % (item, re.escape(host), re.escape(config))
+        assert re.search(row, launch.stdout, re.M), shown(launch)
     # the quick start's ansible.cfg took effect: the collection's quiet output, no skipped task or include lines
     for argv, proc in runs.values():
         noise = [row for row in proc.stdout.splitlines() if row.startswith(("skipping:", "included:"))]

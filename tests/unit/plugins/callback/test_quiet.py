@@ -77,3 +77,58 @@ def test_shows_every_ok_result_with_display_ok_hosts_or_verbose(playbook):
         assert "TASK [A silent ok task]" in out and "ok: [localhost]" in out, out
         assert "included: " in out and "TASK [Inside the include]" in out, out
         assert "msg: the report of localhost" in out and "A skipped task" not in out, out
+
+
+VALIDATION = """
+- name: A validation that shows nothing
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Set a fact
+      ansible.builtin.set_fact:
+        checked: true
+    - name: Check it
+      ansible.builtin.assert:
+        that: checked
+        quiet: true
+    - name: Fail when it breaks
+      ansible.builtin.fail:
+        msg: "broken: {{ broken }}"
+      when: broken | bool
+
+- name: The work
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Set another fact first
+      ansible.builtin.set_fact:
+        other: 1
+    - name: Report
+      ansible.builtin.debug:
+        msg: the work of {{ inventory_hostname }}
+"""
+
+
+def test_a_play_that_shows_nothing_prints_no_empty_banner(tmp_path):
+    """The playbooks' profile validation (set_fact, assert, fail, the collection's checks) shows nothing when it
+    passes: no "PLAY [...]" header with nothing under it. A play that shows something keeps its banner above it, and
+    the validation's banner comes back when it fails, or with -v."""
+    (tmp_path / "play.yml").write_text(VALIDATION)
+
+    def play(*args, broken="false"):
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        return subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                               str(tmp_path / "play.yml"), "-e", "broken=%s" % broken, *args],
+                              capture_output=True, text=True, env=env, timeout=120, check=False)
+
+    proc = play()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "A validation that shows nothing" not in proc.stdout, proc.stdout
+    banners = [line.split("]")[0] + "]" for line in proc.stdout.splitlines() if line.startswith(("PLAY [", "TASK ["))]
+    assert banners == ["PLAY [The work]", "TASK [Report]"], proc.stdout
+    assert "msg: the work of localhost" in proc.stdout
+    failed = play(broken="true")
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert failed.stdout.index("PLAY [A validation that shows nothing]") < failed.stdout.index(
+        "TASK [Fail when it breaks]") < failed.stdout.index("fatal: [localhost]: FAILED!"), failed.stdout
+    assert "PLAY [A validation that shows nothing]" in play("-v").stdout
