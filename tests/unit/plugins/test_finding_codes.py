@@ -47,7 +47,7 @@ class Source:
     """One plugin file: its tree, each node's parent, its module-level assignments and its imports."""
 
     def __init__(self, path, text=None, name=None):
-        """``name`` is the dotted name below the collection (``plugins.module_utils.billing``), as imports spell
+        """``name`` is the dotted name below the collection (``plugins.plugin_utils.billing``), as imports spell
         it; by default from ``path`` below the repository root."""
         self.path = path
         self.name = name or path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
