@@ -119,7 +119,7 @@ class Collector:
 
     @staticmethod
     def module_name(imported):
-        """The dotted name of a module imported by name (``from ...module_utils import billing``), or None."""
+        """The dotted name of a module imported by name (``from ...plugin_utils import billing``), or None."""
         return "%s.%s" % imported if imported else None
 
     def name_values(self, source, name, at):

@@ -99,7 +99,7 @@ class Tree:
     def box(self):
         """{module_utils name: the first box file found importing it (or the reason it is shipped)}."""
         box = {}
-        todo = [(name, why) for name, why in self.roots().items()]
+        todo = list(self.roots().items())
         todo += [(name, "imported by " + self.rel(key)) for key in self.files if key[0] == "modules"
                  for _line, package, name in self.imports[key] if package == "module_utils" and name]
         while todo:
