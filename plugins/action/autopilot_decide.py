@@ -17,6 +17,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import (
     autopilot, autopilot_replace, billing, fleet_history, fleet_patrol)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.teardown import unresolved_placeholders
@@ -81,16 +82,22 @@ def provider_facts(host_vars):
             "durable_dir": host_var(host_vars, "trainer_durable_dir")}
 
 
+MAX_RENT_RECORD = 16 << 20
+
+
 def rent_records(reports_dir):
     """The rents' records under ``reports_dir`` (``rent-*.json``, as rent.yml writes them); unreadable ones are
-    skipped (a replacement that finds no record escalates and says so)."""
+    skipped with a warning (a replacement that finds no record escalates and says so). Read through safe_read: a
+    FIFO, a device or a symlink planted there is never opened blocking or followed, a huge file never read whole."""
     found = []
     for path in sorted(glob.glob(os.path.join(reports_dir, "rent-*.json")))[:200]:
         try:
-            with open(path, encoding="utf-8") as handle:
-                found.append(json.load(handle))
-        except (OSError, ValueError):
-            continue
+            data, _size, cut = safe_read.read_bounded(path, MAX_RENT_RECORD)
+            if cut:
+                raise ValueError("larger than %d bytes" % MAX_RENT_RECORD)
+            found.append(json.loads(data.decode("utf-8")))
+        except (OSError, ValueError, RecursionError, safe_read.ReadRefused) as exc:
+            display.warning("rent record %s skipped: %s" % (path, exc))
     return found
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
+import pathlib
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,7 +20,32 @@ PROXY = "http://127.0.0.1:3128"
 
 
 def test_redact_hides_user_information_of_urls():
-    assert hd.redact("via http://user:s3cret@proxy:8080/ and https://h/x") == "via http://***@proxy:8080/ and https://h/x"
+    assert hd.redact("via http://user:s3cret@proxy:8080/ and https://h/x") == \
+        "via http://<redacted>@proxy:8080/ and https://h/x"
+
+
+HF_CANARY = "CANARY-job-hf-token-0a1b2c3d"
+
+
+def test_redact_is_the_collections_one_owner_with_the_job_environments_secrets(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", HF_CANARY)
+    text = hd.redact("401 for %s: Authorization: Bearer hf_CANARYshapedToken0123456789" % HF_CANARY)
+    assert HF_CANARY not in text and "hf_CANARY" not in text and "401 for <redacted>" in text
+
+
+def test_redact_as_installed_on_the_box_imports_the_one_owner_beside_it(tmp_path):
+    """hf_mirror writes hf_download.py as trainer_download.py and redact.py as trainer_redact.py, side by side."""
+    utils = pathlib.Path(hd.__file__).parent
+    (tmp_path / "trainer_download.py").write_text((utils / "hf_download.py").read_text())
+    (tmp_path / "trainer_redact.py").write_text((utils / "redact.py").read_text())
+    probe = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if 'ansible_collections' not in p and "
+             "'.collections' not in p]; import trainer_download as t; "
+             "print(t.shared_redact.__name__, t.redact('token ' + sys.argv[2] + ' via http://u:pw@proxy:1/'))")
+    env = {"PATH": os.environ.get("PATH", ""), "HF_TOKEN": HF_CANARY}
+    out = subprocess.run([sys.executable, "-I", "-c", probe, str(tmp_path), HF_CANARY], capture_output=True,
+                         text=True, env=env, check=True, cwd=str(tmp_path)).stdout
+    assert out.split()[0] == "trainer_redact", out
+    assert HF_CANARY not in out and "pw" not in out, out
 
 
 @pytest.mark.parametrize("env,endpoint,kind", [
@@ -116,7 +144,7 @@ def test_failure_advice_names_what_was_tried_the_path_and_what_to_do_without_the
     env = {"HF_ENDPOINT": "https://hf-mirror.com", "https_proxy": "http://u:pw@proxy:8080"}
     text = hd.failure_advice(env, ["Hugging Face attempt 1 (timeout)"], "the modelscope package is not installed")
     assert "Tried: Hugging Face attempt 1 (timeout)." in text
-    assert "endpoint https://hf-mirror.com (mirror), through the proxy http://***@proxy:8080 (https_proxy)" in text
+    assert "endpoint https://hf-mirror.com (mirror), through the proxy http://<redacted>@proxy:8080 (https_proxy)" in text
     assert "ModelScope not tried: the modelscope package is not installed" in text
     assert "What to do:" in text and "pw" not in text
 
