@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / ".collections"))
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html  # noqa: E402
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_history, fleet_html  # noqa: E402
 from lab_common import arguments, timed  # noqa: E402
 
 TICK = 300

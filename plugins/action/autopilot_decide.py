@@ -2,7 +2,7 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Controller side of the autopilot tick: decide per host (module_utils/autopilot.py), then record what was done:
+"""Controller side of the autopilot tick: decide per host (plugin_utils/autopilot.py), then record what was done:
 history, receipts, the JSON report, and the events to notify."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
-    autopilot, autopilot_replace, billing, fleet_history, fleet_patrol, safe_read)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.teardown import unresolved_placeholders
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import (
+    autopilot, autopilot_replace, billing, fleet_history, fleet_patrol)
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.teardown import unresolved_placeholders
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (

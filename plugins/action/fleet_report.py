@@ -16,9 +16,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.utils.display import Display
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_patrol, fleet_preflight
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_html, fleet_prom
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import billing, fleet_patrol, fleet_preflight
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_history, fleet_html, fleet_prom
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_format as fmt
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import notify_format as fmt
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_userinfo_problem
 from ansible_collections.remote_gpu.trainer.plugins.modules.notify import DOCUMENTATION as MODULE_DOCUMENTATION

@@ -2,7 +2,7 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The platform profile of every host of the play, checked once on the controller (see module_utils/profile_check)."""
+"""The platform profile of every host of the play, checked once on the controller (see plugin_utils/profile_check)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import profile_check
 from ansible_collections.remote_gpu.trainer.plugins.modules.profile_check import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import SAFE_LOADER, DocumentedAction
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables

@@ -14,11 +14,11 @@ import os
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import TOOL
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.version import TOOL
 from ansible_collections.remote_gpu.trainer.plugins.modules.pull_verify import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 

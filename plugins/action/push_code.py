@@ -2,14 +2,14 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Push the code to the box with resumable rsync (the rsync argv is module_utils/rsync.py's) and record its commit."""
+"""Push the code to the box with resumable rsync (the rsync argv is plugin_utils/rsync.py's) and record its commit."""
 
 from __future__ import annotations
 
 import os
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import code_check
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.modules.teardown_gate import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
 

@@ -6,7 +6,7 @@
 block, and the per-host report line.
 
 Documented in queue_table.yml, launch_scripts.yml, launch_record.yml, launch_onstart.yml and launch_report.yml;
-the work is done by module_utils/launch.py and module_utils/launch_scripts.py, which are unit-tested.
+the work is done by module_utils/launch.py and plugin_utils/launch_scripts.py, which are unit-tested.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts as scripts_core
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 

@@ -23,7 +23,7 @@ description:
     (C(autopilot_heal), C(autopilot_autostop), C(autopilot_notify), C(autopilot_max_restarts),
     C(autopilot_idle_minutes), C(autopilot_unreachable_minutes)) and its profile's C(trainer_meter_stop), and
     returns one decision per host in RV(decisions). The rules are the pure functions of
-    C(plugins/module_utils/autopilot.py).
+    C(plugins/plugin_utils/autopilot.py).
   - Every job on the host is judged. A job that is gone (not alive, not starting) while its queue is incomplete
     is healed by name (C(heal_jobs)); a live job is never started again. A park needs every job's queue done
     (an item that exited 0 too fast, C(too_fast), is not done), no job alive or starting, every item's files

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.profile_check import has_template
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.profile_check import has_template
 
 
 class HostView:

@@ -25,7 +25,7 @@ from hostile import Case
 from ansible_collections.remote_gpu.trainer.plugins.action.pull_verify import ActionModule as PullVerify
 from ansible_collections.remote_gpu.trainer.plugins.action.teardown_gate import ActionModule as TeardownGate
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.modules import pull_manifest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit" / "plugins" / "module_utils"))

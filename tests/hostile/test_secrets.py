@@ -27,7 +27,7 @@ from hostile import Case
 from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide import ActionModule as AutopilotDecide
 from ansible_collections.remote_gpu.trainer.plugins.action.fleet_report import ActionModule as FleetReport
 from ansible_collections.remote_gpu.trainer.plugins.action.notify import ActionModule as Notify
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import profile_check
 from ansible_collections.remote_gpu.trainer.plugins.modules import (
     env_audit, instance, job_status, pull_manifest, write_files)
 

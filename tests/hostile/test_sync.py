@@ -29,7 +29,7 @@ from hostile import Case
 from ansible_collections.remote_gpu.trainer.plugins.action.pull_verify import ActionModule as PullVerify
 from ansible_collections.remote_gpu.trainer.plugins.action.push_code import MODULE_UTILS
 from ansible_collections.remote_gpu.trainer.plugins.action.push_code import ActionModule as PushCode
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync
 from ansible_collections.remote_gpu.trainer.plugins.modules import checked_sync
 

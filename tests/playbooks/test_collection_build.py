@@ -19,7 +19,7 @@ REQUIRED = ["meta/runtime.yml", "playbooks/preflight.yml", "playbooks/launch.yml
             "playbooks/teardown.yml", "playbooks/autopilot.yml", "playbooks/autopilot_timer.yml",
             "playbooks/group_vars/autodl.yml", "group_vars/autodl.yml", "roles/profile/meta/argument_specs.yml",
             "roles/launch/tasks/main.yml", "plugins/modules/preflight_probe.py", "plugins/action/push_code.py",
-            "plugins/plugin_utils/direct.py", "plugins/module_utils/launch_scripts.py",
+            "plugins/plugin_utils/direct.py", "plugins/plugin_utils/launch_scripts.py",
             "plugins/inventory/runpod.py", "inventories/example/hosts.yml"]
 # Output folders a checkout gathers (the playbooks run in it, the lab, the tools), each planted with a file.
 PLANTED = ["pulls/lab-01/train/best.safetensors", "pulls/lab-01/TEARDOWN_RECEIPT.json", "reports/patrol.json",

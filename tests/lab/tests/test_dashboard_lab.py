@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_html import without_action
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_html import without_action
 from labhelpers import REPO, needs_root, started_fleet
 from test_patrol_lab import adhoc, patrol
 

@@ -47,7 +47,7 @@ class Source:
     """One plugin file: its tree, each node's parent, its module-level assignments and its imports."""
 
     def __init__(self, path, text=None, name=None):
-        """``name`` is the dotted name below the collection (``plugins.module_utils.billing``), as imports spell
+        """``name`` is the dotted name below the collection (``plugins.plugin_utils.billing``), as imports spell
         it; by default from ``path`` below the repository root."""
         self.path = path
         self.name = name or path.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
@@ -119,7 +119,7 @@ class Collector:
 
     @staticmethod
     def module_name(imported):
-        """The dotted name of a module imported by name (``from ...module_utils import billing``), or None."""
+        """The dotted name of a module imported by name (``from ...plugin_utils import billing``), or None."""
         return "%s.%s" % imported if imported else None
 
     def name_values(self, source, name, at):

@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.action import fleet_report as action
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_preflight
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, fleet_preflight
 
 PREFLIGHT_VARS = {"inode_check": "preflight_storage", "gpu_health": "preflight_gpu", "env_audit": "preflight_env"}
 PATROL_VARS = {"job_status": "patrol_probe"}

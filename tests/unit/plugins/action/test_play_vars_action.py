@@ -1,6 +1,6 @@
 """The play_vars action and the specs it reads: the roles patrol, preflight, autopilot and teardown type every
 variable their playbooks, the tasks they include and docs/playbooks.md name, each default is the role's (or, for the
-autopilot's opt-ins and limits, module_utils/autopilot.py's), and the action fails the play naming the variable."""
+autopilot's opt-ins and limits, plugin_utils/autopilot.py's), and the action fails the play naming the variable."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
 
 from ansible_collections.remote_gpu.trainer.plugins.action import play_vars as action
 from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide import SETTINGS
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot
 
 from controller_actions import make_action
 

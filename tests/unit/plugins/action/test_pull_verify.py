@@ -16,7 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.remote_gpu.trainer.plugins.action import pull_verify
 from ansible_collections.remote_gpu.trainer.plugins.action import teardown_gate
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
 from ansible_collections.remote_gpu.trainer.plugins.modules import pull_manifest
 
 from controller_actions import make_connection, run_action

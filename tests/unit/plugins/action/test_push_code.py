@@ -10,7 +10,7 @@ from unittest.mock import MagicMock
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.action import push_code
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 
 
 def run_push(args, check_mode=False, transport="local", options=None):

@@ -11,7 +11,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.remote_gpu.trainer.plugins.action.teardown_gate import ActionModule
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
 
 from controller_actions import run_action
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot as ap
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import item_gate, jobs, launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import item_gate, jobs
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts
 
 REPO = Path(__file__).resolve().parents[4]
 EMULATOR_BIN = REPO / "tests" / "lab" / "gpu" / "bin"

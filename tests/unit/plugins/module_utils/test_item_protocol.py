@@ -13,17 +13,18 @@ import pytest
 
 import ansible_collections
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
-    fleet_patrol,
     item_log,
     job_layout,
     job_log,
     job_status,
     jobs,
     launch,
-    launch_scripts,
 )
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, launch_scripts
 
-from fleet_samples import finding_of, job as sample_job, patrol_record, probe
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugin_utils"))
+from fleet_samples import (  # noqa: E402  pylint: disable=wrong-import-position,import-error
+    finding_of, job as sample_job, patrol_record, probe)
 
 LIB = next(os.path.dirname(path) for path in ansible_collections.__path__
            if os.path.isdir(os.path.join(path, "remote_gpu", "trainer")))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts
 
 
 def _tree(root, files):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot as ap
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup, jobs, liveness
 
 NOW = 1_800_000_000.0
@@ -159,7 +159,7 @@ def test_the_autopilot_escalates_a_hung_job_and_never_restarts_it():
 
 
 def test_the_hosts_line_marks_a_hung_or_quiet_job():
-    from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol
+    from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol
     report = {"name": "train", "alive": True, "log_age_seconds": 4500, "items_total": 0, "items_done": 0}
     assert fleet_patrol.job_line(report, {"train": "HUNG"}).endswith("log 75m HUNG")
     assert fleet_patrol.job_line(report, {"train": "quiet"}).endswith("log 75m quiet")

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import redact
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.notify_format import redact as notify_redact
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.notify_format import redact as notify_redact
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import scrub
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result, run_secrets
 

@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_patrol
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import billing, fleet_patrol
 
 from fleet_samples import job, patrol_record, probe
 

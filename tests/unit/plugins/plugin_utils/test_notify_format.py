@@ -6,7 +6,7 @@ import urllib.parse
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import notify_format as fmt
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import notify_format as fmt
 
 EVENT = {"host": "lab-01", "kind": "new_fail", "level": "fail", "text": "job gone:\n exit 137"}
 

@@ -3,8 +3,8 @@ destroyed; and autopilot.decide's path through it (opted in or not)."""
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot as ap
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot_replace as rp
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot_replace as rp
 
 NOW = 1790000000
 VAST = {"state": "preempted", "provider": "vastai", "id": 9000002, "status": "stopped", "message": "outbid"}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts
 
 from test_launch_scripts import LIB, make, status
 

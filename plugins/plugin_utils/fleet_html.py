@@ -23,7 +23,7 @@ import math
 import os
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import number as _num
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import number as _num
 
 MAX_POINTS = 288
 SAMPLE_POINTS = MAX_POINTS // 2  # what fleet_history.load_fleet parses over the window (plus the last RATE_WINDOW)

@@ -7,7 +7,7 @@ gpu_health and env_audit tasks) (pure functions, controller side)."""
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, sort_findings, worst
 
 COLUMNS = (

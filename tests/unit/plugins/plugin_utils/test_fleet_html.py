@@ -8,7 +8,7 @@ import html.parser
 import json
 import re
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_html
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_html
 
 NOW = 1796000000
 EVIL = '<img src=x onerror="alert(1)">\'&<script>alert(2)</script>'

@@ -6,8 +6,8 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import teardown
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.version import COLLECTION_VERSION
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import teardown
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.version import COLLECTION_VERSION
 
 
 SHA = "a" * 64

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import billing, fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import billing, fleet_table
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import rank, sort_findings
 
 COLUMNS = (

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import datetime
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot_replace
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer, number
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot_replace
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import integer, number
 
 ACTIONS = ("none", "heal", "retry_sync", "park", "escalate", "report", "replace", "retire")
 EVENT_KINDS = ("new_fail", "recovered", "healed", "parked", "queue_done", "unreachable", "escalated", "preempted",

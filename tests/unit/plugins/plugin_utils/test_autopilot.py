@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import autopilot as ap
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol as gp
 from test_gpu_patrol import project
 

@@ -7,7 +7,7 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 
 FLAGS = ["-a", "--partial"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_preflight, fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_preflight, fleet_table
 
 
 def storage(data_pct, data_inodes, durable_inodes, findings=()):

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import profile_check
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import profile_check
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 SPEC = profile_check.spec_options(yaml.safe_load((REPO / profile_check.SPEC_FILE).read_text()))

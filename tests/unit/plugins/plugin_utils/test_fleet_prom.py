@@ -8,7 +8,7 @@ import pytest
 
 from fleet_samples import finding_of, job, patrol_record, probe
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_prom
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, fleet_prom
 
 
 # A strict reader of the Prometheus text exposition format (version 0.0.4), enough for what patrol writes.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_html
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_html
 
 
 def _verified(root, host, run, paths):

@@ -10,7 +10,7 @@ import pytest
 
 from fleet_samples import finding_of, job, patrol_record, probe
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_history, fleet_patrol, fleet_preflight
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_history, fleet_patrol, fleet_preflight
 
 NOW = 1796000000
 

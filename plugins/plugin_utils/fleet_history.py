@@ -9,7 +9,7 @@ compacted beyond the full-resolution window.
 * ``history_record`` turns a fleet_report row into a record (pure).
 * ``compact`` thins old records (pure): every record of the last ``RETENTION[0]`` seconds is kept, then the last
   record of each hour, then of each day; older ones are dropped. A year of five-minute ticks over 20 hosts stays
-  within about 25 MB (see tests/unit/plugins/module_utils/test_fleet_history.py).
+  within about 25 MB (see tests/unit/plugins/plugin_utils/test_fleet_history.py).
 * ``parse_lines`` reads the text of a history file (pure): a torn or unreadable line (a tick killed mid-write) is
   skipped with a warning.
 * ``history_file``, ``append_record``, ``read_history`` and ``rewrite_history`` touch the files. A host name is
@@ -34,8 +34,8 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import replacing
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_preflight import gpu_summary
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer as _int, number as _num
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_preflight import gpu_summary
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import integer as _int, number as _num
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import environ_secrets, redact_data
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleet_samples import finding_of, job, patrol_record, probe
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import fleet_patrol, fleet_preflight, fleet_table
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, fleet_preflight, fleet_table
 
 
 def test_patrol_healthy_job_is_one_line_with_items_progress_and_log_age():

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import ansible_collections
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts
 
 LIB = next(os.path.dirname(path) for path in ansible_collections.__path__
            if os.path.isdir(os.path.join(path, "remote_gpu", "trainer")))

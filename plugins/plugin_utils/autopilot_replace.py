@@ -19,7 +19,7 @@ a tier whose ``lost_on`` names ``destroy`` does not, as vast.ai's ``/workspace``
 
 from __future__ import annotations
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.fleet_table import integer, number
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import integer, number
 
 GIVES_BACK = ("vastai", "runpod")
 DEFAULT_AFTER_MINUTES = 30
