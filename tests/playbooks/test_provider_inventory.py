@@ -182,8 +182,8 @@ def test_the_cache_holds_only_what_hostvars_hold(tmp_path, serve, provider):
         record.update(PLANT[provider])
     fake = serve(provider, records)
     cache = tmp_path / "cache"
-    config = write_config(tmp_path, provider, fake, "cache: true\ncache_plugin: ansible.builtin.jsonfile\n"
-                                                   "cache_connection: %s\ncache_timeout: 600\n" % cache)
+    extra = "cache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\ncache_timeout: 600\n" % cache
+    config = write_config(tmp_path, provider, fake, extra)
     first, fresh = inventory(config, provider, "-vvv")
     second, cached = inventory(config, provider)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
