@@ -98,6 +98,21 @@ def test_graph_with_every_state_puts_each_odd_one_in_its_state_group_never_in_ru
     assert "@unhealthy:" in drawn and "@preempted:" in drawn and "@unreachable_direct:" in drawn
 
 
+def test_a_status_word_no_table_knows_is_unknown_with_a_warning_never_running(tmp_path, fake_apis):
+    """vast.ai's actual_status is a free string in its document: a word the table lacks is served as it comes, and
+    the plugin names it in a warning and never lists the instance as running (on demand: the group unknown)."""
+    record = fake_api.vastai_instance(1, "198.51.100.1", 40001, status="hibernating", label="odd-word")
+    fakes = {"vastai": fake_apis("vastai", KEY, [record])}
+    data, drawn, warnings = graph(tmp_path, fakes)
+    assert data["_meta"]["hostvars"] == {} and "odd-word" not in drawn, drawn
+    assert "'hibernating'" in warnings and "never as running" in warnings, warnings
+    data, drawn, _warnings = graph(tmp_path, fakes, "include_states: [unknown]\n")
+    assert members(data, "unknown") == ["odd-word"] and members(data, "running") == [], drawn
+    hostvars = data["_meta"]["hostvars"]["odd-word"]
+    assert hostvars["provider_state"] == "unknown" and hostvars["provider_status"] == "hibernating"
+    assert "ansible_host" not in hostvars
+
+
 def stop_vast_instance(fake, instance_id):
     """``ansible localhost -m remote_gpu.trainer.instance`` with state=stopped and a 600 s timeout on a vast.ai
     instance of the fake; the caller counts its requests (a state that does not change by itself is never waited on:
