@@ -76,10 +76,14 @@ def provider_facts(host_vars):
     state = host_var(host_vars, "provider_state")
     if not state:
         return None
-    return {"state": state, "provider": host_var(host_vars, "provider"), "id": host_var(host_vars, "provider_id"),
+    name = host_var(host_vars, "provider")
+    record = host_var(host_vars, name) if isinstance(name, str) and name else None
+    return {"state": state, "provider": name, "id": host_var(host_vars, "provider_id"),
             "status": host_var(host_vars, "provider_status"),
             "message": host_var(host_vars, "provider_state_message"),
-            "durable_dir": host_var(host_vars, "trainer_durable_dir")}
+            "durable_dir": host_var(host_vars, "trainer_durable_dir"),
+            # the curated record the plugin keeps in hostvars (<provider>): what a re-rent command is built from
+            "record": record if isinstance(record, dict) else None}
 
 
 MAX_RENT_RECORD = 16 << 20

@@ -60,6 +60,44 @@ def curated(record, keep):
     return {key: record[key] for key in keep if key in record}
 
 
+def runpod_kept(pod):
+    """The part of a RunPod pod (v1 record, its v2 record under ``observed``) that reaches hostvars (``runpod``)."""
+    kept = curated(pod, RUNPOD_KEEP)
+    observed = pod.get("observed")
+    if isinstance(observed, dict) and observed:
+        kept["observed"] = curated(observed, RUNPOD_OBSERVED_KEEP)
+        ssh = kept["observed"].get("ssh")
+        if isinstance(ssh, dict):  # the proxy's user name routes to the pod: only the direct endpoint is kept
+            kept["observed"]["ssh"] = {"direct": ssh.get("direct")}
+    return kept
+
+
+def autodl_kept(record):
+    """The part of an AutoDL Pro row (its snapshot under ``snapshot``) that reaches hostvars (``autodl``)."""
+    kept = curated(record, AUTODL_KEEP)
+    snapshot = record.get("snapshot")
+    kept["snapshot"] = curated(snapshot, AUTODL_SNAPSHOT_KEEP) if isinstance(snapshot, dict) else {}
+    return kept
+
+
+# the fields a host dict is read from beyond the curated copy: the host's name, and RunPod's fallbacks for
+# gpu_type and region (their values reach hostvars as such)
+NAME_FIELDS = {"runpod": ("gpuTypeId", "dataCenterId"), "vastai": (), "lambda": (), "autodl": ("name", "title")}
+
+
+def cache_record(provider, record):
+    """What the inventory keeps of ``provider``'s instance ``record``, in its cache and for its hosts: the fields
+    that reach hostvars (the curated copy under ``<provider>``, the host's name), nothing else. A field that
+    hostvars leave out (an environment, a start command, container arguments, a field the provider adds) is never
+    written to the cache. A record that is not an object is kept as it is (the plugin skips it and says so)."""
+    if not isinstance(record, dict):
+        return record
+    kept = {"runpod": runpod_kept, "vastai": lambda r: curated(r, VASTAI_KEEP),
+            "lambda": lambda r: curated(r, LAMBDA_KEEP), "autodl": autodl_kept}[provider](record)
+    kept.update(curated(record, NAME_FIELDS[provider]))
+    return kept
+
+
 def _num(value, kind=float):
     try:
         return kind(value)
@@ -140,12 +178,7 @@ def runpod_host(pod):
     if price is None:
         price = _num(pod.get("costPerHr"))
     ip, port = runpod_ssh(pod)
-    kept = curated(pod, RUNPOD_KEEP)
-    if observed:
-        kept["observed"] = curated(observed, RUNPOD_OBSERVED_KEEP)
-        ssh = kept["observed"].get("ssh")
-        if isinstance(ssh, dict):  # the proxy's user name routes to the pod: only the direct endpoint is kept
-            kept["observed"]["ssh"] = {"direct": ssh.get("direct")}
+    kept = runpod_kept(pod)
     return _host(pid, _clean_name(pod.get("name")) or "runpod-" + _clean_name(pid), read, ip, port,
                  dict(_common("runpod", pid, status or None, gpu_type, gpu_count, region, price,
                               pod.get("interruptible"), kept, read["state"]), runpod_pod_id=pid))
@@ -252,8 +285,7 @@ def autodl_host(record):
     gpu_count = _num(record.get("req_gpu_amount"), int)
     if gpu_count is None:
         gpu_count = _num(snapshot.get("gpu_amount"), int)
-    kept = curated(record, AUTODL_KEEP)
-    kept["snapshot"] = curated(snapshot, AUTODL_SNAPSHOT_KEEP)
+    kept = autodl_kept(record)
     if read["state"] == "running" and not host:
         read = dict(read, state="starting")  # running, but its snapshot has no address yet
     return _host(pid, _clean_name(record.get("name") or record.get("title")) or "autodl-" + _clean_name(pid), read,

@@ -196,6 +196,7 @@ class Lifecycle:
         self.found = False
         self.state = None  # provider_state's answer of the last read
         self.observed_ok = None  # RunPod: whether the last read had the v2 (observed) status
+        self.stuck = False  # whether the last wait_for ended on a state that does not change by itself
 
     def _runpod_observed(self, quoted):
         """The pod's v2 record, or None when there is no v2 client or v2 does not answer (the v1 intent is read)."""
@@ -259,14 +260,19 @@ class Lifecycle:
     def wait_for(self, pid, wanted, timeout, interval, before=None):
         """Poll until the provider reports ``wanted`` -> (reached, state, raw) within ``timeout`` seconds. It stops at
         once when the instance enters a state that does not end by itself (preempted, unhealthy, unknown) other than
-        ``before``, the one it was in when the verb was called (the provider may not have applied the verb yet)."""
+        ``before``, the one it was in when the verb was called (the provider may not have applied the verb yet), or
+        falls back into ``before`` after it left it (a restarted crashed instance that crashed again)."""
         deadline = self.clock() + float(timeout)
+        left = False
+        self.stuck = False
         while True:
             state, raw = self.read(pid)
             if state == wanted:
                 return True, state, raw
-            if state in STUCK and state != before:
+            if state in STUCK and (state != before or left):
+                self.stuck = True  # it ended the wait, not the timeout
                 return False, state, raw
+            left = left or state != before
             if self.clock() + interval > deadline:
                 return False, state, raw
             self.sleep(interval)

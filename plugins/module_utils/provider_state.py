@@ -21,7 +21,7 @@ word means the same thing everywhere. ``provider_state(provider, record)`` answe
 
 The tables are keyed by every status value the providers document (tests/fixtures/openapi: RunPod REST v1
 ``desiredStatus`` and v2 ``status`` enums, vast.ai's documented ``actual_status`` list and vast-cli's, Lambda's
-``status`` enum); tests/unit/plugins/module_utils/test_provider_state.py fails when a document gains a value that a
+``status`` enums of 1.5.3 and 1.8.3); tests/unit/plugins/module_utils/test_provider_state.py fails when a document gains a value that a
 table lacks.
 """
 
@@ -61,7 +61,7 @@ VASTAI_ACTUAL = {
     "unknown": "unhealthy",  # no recent heartbeat from the host
     "offline": "unhealthy",  # the host is disconnected from vast
 }
-# Lambda Cloud ``status`` (lambda.json instance.status, plus ``preempted`` of the 1.8.x API, overrides.json).
+# Lambda Cloud ``status`` (lambda.json 1.5.3 instance.status, and lambda-1.8.3.json InstanceStatus, which adds preempted).
 LAMBDA_STATUS = {
     "booting": "starting",
     "active": "running",

@@ -394,7 +394,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http i
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import (
     check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
-    PROVIDERS, STUCK, Lifecycle, make_client, make_v2_client, plan)
+    PROVIDERS, Lifecycle, make_client, make_v2_client, plan)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import (
     lambda_host, runpod_host, vastai_host)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import (
@@ -648,7 +648,7 @@ def run(module, result):
         result.update(current=current, provider_status=raw, waited=reached,
                       provider_state=life.state["state"] if life.state else None)
         what = (life.state or {}).get("message") or ""
-        if not reached and current in STUCK and current != before:
+        if not reached and life.stuck:
             module.fail_json(msg="%s: called %s on %s, and the provider now reports %s (%s), which does not change "
                                  "by itself, so the module stopped waiting. %s"
                                  % (provider, request["name"], pid, current, raw, what),

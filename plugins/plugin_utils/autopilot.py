@@ -45,6 +45,7 @@ judged again (a job killed by a restart right after its launch is healed).
 from __future__ import annotations
 
 import datetime
+import json
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot_replace
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import integer, number
@@ -630,30 +631,62 @@ def _combine(host, decisions, result, settings, history, meter_stop, now, billin
     return found
 
 
+def rent_command(provider):
+    """The exact command that rents a new instance like the preempted one (``provider``: the host's provider facts,
+    ``record`` the curated record an inventory plugin keeps in hostvars), or None when the record does not say
+    enough. Lambda: the instance module's state=present with the instance's own type, region, SSH key and
+    filesystem, under ``<name>-relaunch`` (the preempted instance keeps its name until it is terminated)."""
+    record = provider.get("record") if isinstance(provider.get("record"), dict) else {}
+    if provider.get("provider") != "lambda" or not record:
+        return None
+    itype = record.get("instance_type") if isinstance(record.get("instance_type"), dict) else {}
+    region = record.get("region") if isinstance(record.get("region"), dict) else {}
+    keys = [k for k in record.get("ssh_key_names") or [] if isinstance(k, str) and k][:1]
+    filesystems = [f for f in record.get("file_system_names") or [] if isinstance(f, str) and f][:1]
+    if not (isinstance(itype.get("name"), str) and itype["name"] and isinstance(region.get("name"), str)
+            and region["name"] and keys):
+        return None
+    name = "%s-relaunch" % (record.get("name") or "lambda-%s" % str(provider.get("id") or "")[:8])
+    spec = {"instance_type": itype["name"], "regions": [region["name"]], "ssh_key_names": keys}
+    if filesystems:
+        spec["file_system_names"] = filesystems
+    args = json.dumps({"provider": "lambda", "state": "present", "name": name, "spec": spec})
+    if "'" in args:  # not safe inside the shell's single quotes: the step stays a sentence
+        return None
+    return "ansible localhost -m remote_gpu.trainer.instance -a '%s'" % args
+
+
 def preempted(host, provider, billing=None, gone=False):
     """The decision for a box its provider reports ``preempted`` (pure): ``provider`` is the host's provider facts
-    from the inventory plugin (``provider``, ``id``, ``status``, ``message``, ``durable_dir``, ``api_url``).
+    from the inventory plugin (``provider``, ``id``, ``status``, ``message``, ``durable_dir``, ``record``: the curated
+    record in hostvars).
 
     A provider that gives the box back (GIVES_BACK) -> ``preempted``, nothing done: when it runs again, the jobs are
     judged as after a reboot and a gone job is healed from its durable checkpoint. Any other -> ``preempted_escalated``
     with the exact commands to re-rent and relaunch; so is a box that gave none back for
-    ``autopilot_replace_after_minutes`` (``gone``)."""
+    ``autopilot_replace_after_minutes`` (``gone``). What it costs: the price it ran at; while a box that comes back
+    is paused, its disk bills, not its GPU."""
     name = provider.get("provider") or "the provider"
-    cost = ("; while it waits, it bills %s %s/h (its disk)" % (billing.get("price"), billing.get("currency"))
-            if billing and billing.get("price") else "")
+    paused = name in GIVES_BACK and not gone
+    cost = ""
+    if billing and billing.get("price"):
+        disk = ": while it is paused the GPU does not bill, its disk still does" if name in GIVES_BACK else ""
+        cost = "; it ran at %s %s/h%s" % (billing.get("price"), billing.get("currency"), disk)
     said = " ".join(str(provider.get("message") or "").split())
     head = "preempted: %s reports %s (%s), stopped by the market or the provider, not by you%s" % (
         name, provider.get("id"), provider.get("status"), cost)
-    if name in GIVES_BACK and not gone:
+    if paused:
         return _decision("preempted", "none", "%s. %s When it runs again, the autopilot heals the queue from the "
                                               "durable checkpoint, as after a reboot; nothing is healed or stopped "
                                               "meanwhile." % (head, said))
     durable = provider.get("durable_dir") or "the durable directory"
-    commands = ("1) rent a new %s instance with the same filesystem (its checkpoints are in %s); 2) ansible-playbook "
+    rent = rent_command(provider)
+    commands = ("1) rent a new %s instance with the same filesystem (its checkpoints are in %s)%s; 2) ansible-playbook "
                 "-i <your %s inventory> playbooks/preflight.yml -l <new host>; 3) ansible-playbook -i <your %s "
                 "inventory> playbooks/launch.yml -l <new host> (the queue resumes from the checkpoints in %s); 4) "
                 "forget the old one: ansible localhost -m remote_gpu.trainer.instance -a 'provider=%s id=%s "
-                "state=absent'" % (name, durable, name, name, durable, name, provider.get("id")))
+                "state=absent'" % (name, durable, (": " + rent) if rent else "", name, name, durable, name,
+                                   provider.get("id")))
     return _decision("preempted_escalated", "escalate", "%s. %s It %s. To go on: %s" % (
         head, said, "has not come back" if name in GIVES_BACK else "does not come back by itself", commands))
 

@@ -18,7 +18,7 @@ import os
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import unique_names
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import cache_record, unique_names
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import (
     ProviderAPIError, ProviderHTTP, resolve_api_key, scrub)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import CONSOLES
@@ -123,8 +123,9 @@ class ProviderInventory(BaseInventoryPlugin, Constructable, Cacheable):
                 secret = client.api_key if client else (self.get_option("api_key") or os.environ.get(self.ENV_VAR))
                 raise AnsibleParserError(scrub("%s: unexpected failure while listing instances: %s: %s"
                                                % (self.PROVIDER, type(err).__name__, err), secret)) from None
-            # neither the cache nor anything after it holds an instance's environment or credentials
-            records = without_secrets(records)
+            # the cache and everything after it hold only what reaches hostvars (provider_hosts.cache_record: never
+            # an instance's environment, start command or credentials), and no secret-named field at any depth
+            records = [cache_record(self.PROVIDER, record) for record in without_secrets(records)]
             if use_cache:
                 self._cache[cache_key] = records
         self._populate(records)

@@ -155,6 +155,52 @@ def test_cache_second_run_makes_no_request(tmp_path, serve):
     assert KEY not in "".join(f.read_text() for f in (tmp_path / "cache").iterdir())
 
 
+PLANTED = "PLANTED-cache-secret-31"
+# fields of the providers' records that hostvars leave out and that no secret-key pattern names, each holding a planted
+# secret (RunPod's start command and entrypoint, vast's container arguments, a field a provider may add tomorrow)
+PLANT = {
+    "runpod": {"dockerStartCmd": ["bash", "-c", "export HF_TOKEN=%s; sleep infinity" % PLANTED],
+               "dockerEntrypoint": ["/start.sh", "--wandb", PLANTED], "newField": PLANTED},
+    "vastai": {"image_args": ["-e", "WANDB_API_KEY=%s" % PLANTED], "template_name": "x %s" % PLANTED,
+               "newField": PLANTED},
+    "lambda": {"user_data": "#cloud-config\nexport HF_TOKEN=%s\n" % PLANTED, "newField": PLANTED},
+    "autodl": {"start_cmd": "HF_TOKEN=%s python train.py" % PLANTED, "newField": PLANTED},
+}
+RECORDS = {"runpod": lambda: [fake_api.runpod_pod(1, "198.51.100.1", 10341)],
+           "vastai": lambda: [fake_api.vastai_instance(1, "198.51.100.1", 40001)],
+           "lambda": lambda: [fake_api.lambda_instance(1, "198.51.100.1")],
+           "autodl": lambda: [fake_api.autodl_instance(1, "connect.westb.seetacloud.com", 41001)]}
+
+
+@pytest.mark.parametrize("provider", sorted(PLANT))
+def test_the_cache_holds_only_what_hostvars_hold(tmp_path, serve, provider):
+    """Issue 31: with cache on, the cache file keeps of each record only the fields that reach hostvars (the curated
+    copy under <provider>), so a secret in a field hostvars leave out (a start command, container arguments, a
+    field the provider adds) is never written to disk; and a cached run lists the same hosts as a fresh one."""
+    records = RECORDS[provider]()
+    for record in records:
+        record.update(PLANT[provider])
+    fake = serve(provider, records)
+    cache = tmp_path / "cache"
+    extra = "cache: true\ncache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\ncache_timeout: 600\n" % cache
+    config = write_config(tmp_path, provider, fake, extra)
+    first, fresh = inventory(config, provider, "-vvv")
+    second, cached = inventory(config, provider)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert cached == fresh and len(fresh["_meta"]["hostvars"]) == 1, (fresh, cached)
+    text = "".join(f.read_text() for f in cache.iterdir())
+    assert text and PLANTED not in text, "a planted secret is in the inventory cache"
+    assert PLANTED not in first.stdout + first.stderr + second.stdout + second.stderr
+    hostvars = next(iter(fresh["_meta"]["hostvars"].values()))
+    kept = hostvars[provider]
+    for value in (json.loads(f.read_text()) for f in cache.iterdir()):
+        if isinstance(value, dict) and isinstance(value.get("__payload__"), str):  # the jsonfile plugin's wrapper
+            value = json.loads(value["__payload__"])
+        assert isinstance(value, list) and value, value
+        for record in value:
+            assert set(record) <= set(kept) | {"name", "title"}, sorted(set(record) - set(kept))
+
+
 # --- vast.ai ------------------------------------------------------------------------------------------------------
 
 def test_vastai_list_direct_proxy_and_starting(tmp_path, serve):

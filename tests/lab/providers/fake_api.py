@@ -178,8 +178,10 @@ def vastai_instance(index, host, port, direct=True, status="running", label=None
 
 def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_pcie",
                     gpu="H100 (80 GB PCIe)", gpus=1, cents=249, region="us-east-1", filesystem="lab-nfs"):
-    """One item of Lambda Cloud ``GET /api/v1/instances`` (``{"data": [...]}``; Lambda's Instance schema)."""
-    return {
+    """One item of Lambda Cloud ``GET /api/v1/instances`` (``{"data": [...]}``; Lambda's Instance schema). Without a
+    ``host`` (not yet assigned) the record has no ``ip`` and no ``hostname``: the 1.8.3 document types both as
+    strings, and leaves them out rather than null."""
+    record = {
         "id": "0920582c7ff041399e34823a0be%05d" % index,
         "name": name if name is not None else "train-%d" % index,
         "ip": host,
@@ -203,6 +205,9 @@ def lambda_instance(index, host, status="active", name=None, itype="gpu_1x_h100_
                     "restart": {"available": True}, "cold_reboot": {"available": True},
                     "terminate": {"available": True}},
     }
+    if host is None:
+        del record["ip"], record["hostname"]
+    return record
 
 
 # Odd states on demand: ``odd(provider, name, index, host, port)`` -> a record in that state, as the provider's

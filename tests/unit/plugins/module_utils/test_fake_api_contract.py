@@ -120,6 +120,21 @@ def test_an_answer_that_drifts_from_the_document_is_caught(provider, method, pat
     assert problems and any(words in problem for problem in problems), problems
 
 
+def test_lambda_answers_are_held_to_lambdas_1_8_3_document():
+    """Lambda's answers are validated against its 1.8.3 document (lambda-1.8.3.json), which lists preempted and
+    requires actions; the 1.5.3 document holds the request bodies only."""
+    check = openapi_check.OpenAPICheck("lambda")
+    record = fake_api.lambda_instance(1, "198.51.100.1", status="preempted")
+    assert check.answer("GET", "/api/v1/instances/x", 200, {"data": record}) == []
+    record.pop("actions")
+    problems = check.answer("GET", "/api/v1/instances/x", 200, {"data": record})
+    assert any("'actions' is a required property" in problem for problem in problems), problems
+    assert check.docs[check.answers_from]["info"]["version"] == "1.8.3"
+    # a booting instance has no address yet: 1.8.3 leaves ip out (a string when present), never null
+    booting = fake_api.lambda_instance(2, None, status="booting")
+    assert check.answer("GET", "/api/v1/instances/x", 200, {"data": booting}) == [] and "ip" not in booting
+
+
 def test_stop_fails_the_test_that_served_a_drifted_answer():
     fake = fake_api.FakeAPI("vastai", KEY, fake_api.records_for("vastai", [("198.51.100.1", 40001)])).start()
     fake.records[0]["ports"] = [22]  # the document's type, but not what vast's CLI reads: overrides.json

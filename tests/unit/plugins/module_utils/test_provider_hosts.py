@@ -208,3 +208,26 @@ def test_autodl_running_without_a_snapshot_address_is_starting():
 def test_autodl_bad_record_is_a_value_error(record):
     with pytest.raises(ValueError):
         ph.autodl_host(record)
+
+
+def _every_record(provider):
+    """The fake's records of ``provider``: a running one, and one in each odd state it serves."""
+    make = {"runpod": ph.runpod_host, "vastai": ph.vastai_host, "lambda": ph.lambda_host, "autodl": ph.autodl_host}
+    records = fake.records_for(provider, [("198.51.100.1", 40001)])
+    records += [fake.odd(provider, name, i, "198.51.100.%d" % i, 40000 + i)
+                for i, name in enumerate(fake.ODD_STATES.get(provider, {}), start=10)]
+    if provider == "runpod":  # with the v2 record the plugin attaches
+        records = [dict(r, observed=fake.runpod_v2(r)) for r in records]
+    if provider == "autodl":  # with the snapshot the plugin attaches
+        records = [dict(r, snapshot=r.pop("_snapshot")) for r in records]
+    return make[provider], [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vastai", "lambda", "autodl"])
+def test_cache_record_keeps_only_what_hostvars_hold_and_gives_the_same_host(provider):
+    to_host, records = _every_record(provider)
+    for record in records:
+        kept = ph.cache_record(provider, record)
+        assert to_host(kept) == to_host(record)
+        assert set(kept) <= set(to_host(record)["hostvars"][provider]) | set(ph.NAME_FIELDS[provider]), sorted(kept)
+    assert ph.cache_record(provider, "garbled") == "garbled"  # a malformed record stays one (skipped, named)

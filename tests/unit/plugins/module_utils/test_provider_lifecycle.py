@@ -134,3 +134,53 @@ def test_a_verb_the_provider_does_not_list_as_valid_now_is_not_called():
     with pytest.raises(ProviderAPIError, match="restart is not among them"):
         pl.plan("lambda", "restarted", state, "l1", answer)
     assert pl.plan("lambda", "absent", state, "l1", answer)["name"] == "terminate"
+
+
+class _Clock:
+    """A clock that sleeping advances: no test really sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _scripted(states):
+    """A Lifecycle whose reads answer ``states`` in turn (then the last one forever), counting them."""
+    clock = _Clock()
+    life = pl.Lifecycle("vastai", None, sleep=clock.sleep, clock=clock)
+    reads = []
+
+    def read(_pid):
+        reads.append(1)
+        return (states.pop(0) if len(states) > 1 else states[0]), "raw"
+    life.read = read
+    return life, reads
+
+
+def test_a_wait_stops_when_the_instance_falls_back_into_the_stuck_state_it_had_left():
+    """A restarted (or started) crashed instance that crashes again: unhealthy, then starting, then unhealthy. It
+    will not change by itself, so the wait ends there, never at the timeout."""
+    life, reads = _scripted(["unhealthy", "transition", "unhealthy"])
+    assert life.wait_for("9000001", "running", 600, 5, before="unhealthy") == (False, "unhealthy", "raw")
+    assert len(reads) == 3
+
+
+def test_a_wait_still_allows_the_provider_time_to_apply_the_verb():
+    """The state it was in when the verb was called, never left: the provider may not have applied the verb yet."""
+    life, reads = _scripted(["unhealthy", "unhealthy", "running"])
+    assert life.wait_for("9000001", "running", 600, 5, before="unhealthy") == (True, "running", "raw")
+    assert len(reads) == 3
+
+
+def test_a_wait_that_times_out_is_not_taken_for_a_stuck_state():
+    life, _reads = _scripted(["unhealthy"])
+    assert life.wait_for("9000001", "running", 20, 5, before="unhealthy")[0] is False
+    assert life.stuck is False  # the timeout ended it: the module says "after N s", not "stopped waiting"
+    life, _reads = _scripted(["transition", "unhealthy"])
+    life.wait_for("9000001", "running", 20, 5, before="running")
+    assert life.stuck is True

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 import yaml
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import provider_rent
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol as gp
 from test_gpu_patrol import project
 
@@ -465,6 +467,34 @@ def test_a_preempted_lambda_instance_escalates_once_with_the_relaunch_commands()
     again = ap.decide("h", UNREACHABLE, history + [rec(NOW, "preempted_escalated")], ON, LAMBDA[0], NOW + 60,
                       park=LAMBDA[1], provider=LAMBDA_PREEMPTED)
     assert again["events"] == []
+
+
+def test_a_preempted_box_costs_its_disk_while_paused_and_a_lambda_one_is_not_said_to_bill_on():
+    """What a preemption costs: a box given back bills its disk, not its GPU, while paused (the running price is
+    what it ran at, not what it bills now); a preempted Lambda instance is not said to bill at all."""
+    vast = ap.preempted("h", VAST_PREEMPTED, billing={"price": 0.4, "currency": "USD"})["reason"]
+    assert "ran at 0.4 USD/h" in vast and "the GPU does not bill, its disk still does" in vast, vast
+    assert "it bills 0.4" not in vast
+    lam = ap.preempted("h", LAMBDA_PREEMPTED, billing={"price": 2.49, "currency": "USD"})["reason"]
+    assert "ran at 2.49 USD/h" in lam and "it bills" not in lam and "still does" not in lam, lam
+
+
+def test_a_preempted_lambda_instance_escalates_with_the_exact_rent_command():
+    """Step 1 of the escalation is a command, not prose: the instance module's state=present with the preempted
+    instance's own type, region, SSH key and filesystem (from its hostvars), under a name of its own (the old
+    instance still carries its name until it is terminated)."""
+    record = {"name": "lab-02", "instance_type": {"name": "gpu_1x_h100_pcie"}, "region": {"name": "us-east-1"},
+              "ssh_key_names": ["lab-key"], "file_system_names": ["lab"]}
+    reason = ap.preempted("h", dict(LAMBDA_PREEMPTED, record=record))["reason"]
+    start = reason.index("remote_gpu.trainer.instance -a '{")
+    args = json.loads(reason[start:].split("'", 2)[1])
+    assert args == {"provider": "lambda", "state": "present", "name": "lab-02-relaunch",
+                    "spec": {"instance_type": "gpu_1x_h100_pcie", "regions": ["us-east-1"],
+                             "ssh_key_names": ["lab-key"], "file_system_names": ["lab"]}}, args
+    assert "provider=lambda id=0920582c state=absent" in reason
+    provider_rent.check_spec("lambda", args["spec"])  # the module takes the spec as it is
+    # without the record (a static inventory's facts), the step stays a sentence, never a wrong command
+    assert "state\": \"present" not in ap.preempted("h", LAMBDA_PREEMPTED)["reason"]
 
 
 def test_a_static_inventory_host_without_provider_facts_is_still_unreachable():
