@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -12,7 +13,9 @@ import yaml
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot as ap
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import provider_rent
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol as gp
-from test_gpu_patrol import project
+# patrol's projection of a real capture lives with patrol's tests (box code), one folder over
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils"))
+from test_gpu_patrol import project  # noqa: E402  pylint: disable=wrong-import-position,import-error
 
 H100 = "query-gpu-all-fields__nvidia-h100-80gb-hbm3__590.48.01__linux-x86_64.%s.csv"
 IDLE = gp.read_sample(0, project(H100 % "idle"), "")[0]
