@@ -5,8 +5,8 @@ SHELL := /bin/bash
 .PHONY: help setup demo test lint sanity unit lab molecule bench build clean
 
 help:
-	@echo "make demo   set up, start the lab fleet, run preflight over it, print the fleet table and the commands to try next, stop the lab"
-	@echo "           (make demo DEMO_KEEP_LAB=1 leaves the lab up for them)"
+	@echo "make demo   set up, start the lab fleet, run preflight over it, print the fleet table and the commands to try next"
+	@echo "           on the lab, left up for them (tests/lab/fleet down, or make test, stops it; DEMO_KEEP_LAB=0 stops it at the end)"
 	@echo "make test   set up, then lint, sanity, unit, playbook, lab and molecule tests (what CI runs)"
 	@echo "make unit   the unit and hostile-input tests (no Ansible run, no lab)"
 	@echo "make lab    the playbook and lab tests (real ansible-playbook runs; the lab fleet needs root)"

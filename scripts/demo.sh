@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: bring the lab fleet up, run the playbooks that exist against it, print the fleet
-# table, and take the lab down on exit (also on Ctrl-C). Without root (the lab needs namespaces and
+# table and the commands to try next, and leave the lab up for them (DEMO_KEEP_LAB=0 takes it down at the end; a
+# failed demo and Ctrl-C always do; `make test` stops a demo fleet still up before its lab tests). Without root (the lab needs namespaces and
 # tmpfs mounts) it runs preflight on this machine with the `local` profile, twice, through the lab's GPU
 # emulator (tests/lab/gpu): as a healthy H100 box and as a box whose H100s are throttled (real captures).
 set -euo pipefail
@@ -44,12 +45,12 @@ if [[ $(id -u) -ne 0 || ! -x tests/lab/fleet ]]; then
   exit "$ok"
 fi
 
-# DEMO_KEEP_LAB=1 (make demo DEMO_KEEP_LAB=1) leaves the lab fleet up at the end, to try the commands printed there.
+# The lab fleet stays up at the end, to try the commands printed there (make demo DEMO_KEEP_LAB=0 stops it).
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  if [[ ${DEMO_KEEP_LAB:-0} == 1 && $rc -eq 0 ]]; then
-    echo "demo: the lab fleet is still up (DEMO_KEEP_LAB=1); 'tests/lab/fleet down' stops it"
+  if [[ ${DEMO_KEEP_LAB:-1} == 1 && $rc -eq 0 ]]; then
+    echo "demo: the lab fleet is still up for the commands below; 'tests/lab/fleet down' stops it (make test does too)"
   else
     echo "demo: stopping the lab fleet"
     tests/lab/fleet down || true
@@ -63,7 +64,7 @@ cleanup() {
 next_steps() {
   [[ $1 -eq 0 && -n ${inventory:-} ]] || return 0
   local inv=${inventory#"$PWD"/} up=""
-  if [[ ${DEMO_KEEP_LAB:-0} != 1 ]]; then
+  if [[ ${DEMO_KEEP_LAB:-1} != 1 ]]; then
     up="  tests/lab/fleet up $(printf '%q ' "${up_args[@]}")  # the same lab fleet again"$'\n'
   fi
   cat <<NEXT

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, lab_checks,
+# Stages: demo_down, lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, lab_checks,
 # timer, molecule (every scenario), molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV
 # picks the core, see below).
 # Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
@@ -28,6 +28,18 @@ export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 export ANSIBLE_NOCOLOR=1
 
 stage() { printf '\n=== %s ===\n' "$*"; }
+
+# `make demo` leaves its lab fleet up (DEMO_LAB_STATE, default tests/lab/state, on the lab lane's addresses): the
+# full run stops it first, through its own record (tests/lab/fleet down ends what that fleet started, by PID).
+run_demo_down() {
+  local state=${DEMO_LAB_STATE:-tests/lab/state}
+  [[ $(id -u) -eq 0 && -f $state/fleet.json ]] || return 0
+  if LAB_STATE_DIR=$state tests/lab/fleet status --json \
+      | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin).get("status") == "up" else 1)'; then
+    echo "make test: stopping the lab fleet that make demo left up ($state)"
+    LAB_STATE_DIR=$state tests/lab/fleet down
+  fi
+}
 
 run_lint() {
   stage "ansible-lint (profile: production)"
@@ -217,6 +229,7 @@ lane() {
   done
 }
 
+bash "$0" demo_down
 export LAB_REQUIRE_FREE=1
 start=$(date +%s)
 work=$(mktemp -d)
