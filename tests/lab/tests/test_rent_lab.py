@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -193,3 +194,69 @@ def test_runpod_rent_gives_back_the_pod_on_a_throttled_machine_and_records_its_m
     recorded = json.loads((laptop / "reports" / "bad_pods.json").read_text())
     assert [(r["machine_id"], r["finding"].split(":")[0]) for r in recorded] == [("fakemach0010", "throttle_active")]
     assert KEY not in out
+
+
+def readme_rent_commands():
+    """The commands of README.md's "Rent" section, as a shell reads them (continuation lines joined, comments and the
+    export left out): [argv, ...]."""
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = text.split("\n## Rent\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    return [shlex.split(line, comments=True) for line in block.splitlines()
+            if line.strip().startswith("ansible-playbook")]
+
+
+def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path):
+    """README.md's three Rent commands, verbatim, with only what a lab needs added: the fake's URL (rent_api_url),
+    the lab's SSH key and known_hosts, and preflight's lab settings. The fake serves offers that fit the README's
+    spec (1 x H100_SXM at most 2.5 $/h): the cheapest one throttled, one above the cap; the commands check, rent two
+    (giving back the throttled box), and launch the two configs there."""
+    fleet, _fake, _prov, _laptop, _runpod = lab
+    commands = readme_rent_commands()
+    assert [argv[:2] for argv in commands] == [["ansible-playbook", "remote_gpu.trainer.rent"]] * 2 + [
+        ["ansible-playbook", "-i"]], commands
+    offers = [fake_api.vastai_offer(1, "h100-load-hwslowdown-edited", price=2.1),
+              fake_api.vastai_offer(2, "h100-idle", price=2.2), fake_api.vastai_offer(3, "h100-idle", price=2.3),
+              fake_api.vastai_offer(4, "h100-idle", price=2.6)]
+    provisioner = fake_api.LabProvisioner(fleet.state, delay=0.5, first_index=20)
+    fake = fake_api.FakeAPI("vastai", KEY, offers=offers, provisioner=provisioner).start()
+    allvars = fleet.inventory["all"]["vars"]
+    lab_needs = ["-e", json.dumps({"rent_api_url": fake.url, "preflight_sample_seconds": 1,
+                                   "preflight_check_torch": False,
+                                   "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
+                                   "ansible_ssh_common_args": allvars["ansible_ssh_common_args"]})]
+    (tmp_path / "configs").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "configs" / ("%s.yaml" % name)).write_text("lr: 0.1\n")
+    (tmp_path / "train.py").write_text("import os, sys\nprint('epoch 1/1', sys.argv[1:])\n"
+                                       "open(os.path.join(os.environ['TRAINER_OUTPUT_DIR'], 'best.pt'), 'w')"
+                                       ".write(sys.argv[-1])\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    try:
+        outs = []
+        for argv in commands:
+            argv = [os.path.join(VENV_BIN, "ansible-playbook")] + [arg.replace("$PWD", str(tmp_path))
+                                                                  for arg in argv[1:]] + lab_needs
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
+                                  stdin=subprocess.DEVNULL, check=False)
+            outs.append(proc.stdout + proc.stderr)
+            assert proc.returncode == 0, (argv, outs[-1][-5000:])
+    finally:
+        fake.stop()
+    assert provisioner.errors == []
+    # --check: the two cheapest offers under the cap, the one above it named; nothing created
+    assert "excluded by max_price: 7100004" in outs[0] and "would rent 2 box(es)" in outs[0], outs[0][-3000:]
+    creates = [r for r in fake.api_requests() if r["method"] == "PUT"]
+    assert len(creates) == 3  # the throttled box, given back, and two kept
+    deletes = [r["path"] for r in fake.api_requests() if r["method"] == "DELETE"]
+    assert len(deletes) == 1 and deletes[0].rstrip("/").endswith("/9000020"), deletes
+    with open(fleet.inventory_path, encoding="utf-8") as handle:  # fleet add wrote the rented boxes there
+        fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
+    done = {}
+    for host in ("lab-21", "lab-22"):
+        status = wait_finished(fleet, host, "train")
+        assert status["exit_code"] == 0, (host, status)
+        done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
+    assert all('"exit_code": 0' in text for text in done.values()), done
+    assert all(KEY not in out for out in outs)
