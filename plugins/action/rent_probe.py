@@ -219,8 +219,8 @@ class ActionModule(DocumentedAction):
         probe = module_result(*self.run_on(setup, address, port, setup["probe"], args["ssh_timeout"]))
         box["probed_at"] = time.time()
         box["probe_seconds"] = round(box["probed_at"] - started, 2)
-        box["probe_seconds_box"] = (probe.get("seconds") or {}).get("total") if isinstance(probe.get("seconds"),
-                                                                                            dict) else None
+        seconds = probe.get("seconds")
+        box["probe_seconds_box"] = seconds.get("total") if isinstance(seconds, dict) else None
         box["verdict"], box["finding"] = judge(probe)
         if box["verdict"] != "FAIL":
             box.update(outcome="kept", seconds_billed=round(time.time() - box["created_at"], 1))

@@ -120,15 +120,15 @@ EXAMPLES = r"""
 RETURN = r"""
 boxes:
   description:
-    - One entry per instance, in the order given - C(name), C(id), C(verdict) (PASS, WARN or FAIL), C(finding) (the
-      first FAIL finding, C(code: message)), C(outcome) (V(kept), V(given back), or V(not given back) when its
-      identity did not match or the destroy failed: C(error)), C(hostvars) (as the inventory plugin would give it,
-      with its SSH address), C(machine_id), C(price_per_hour), C(created_at), C(running_at) (when the record was
-      first read running with an address), C(answered_at) (SSH answered), C(probe_started_at), C(probed_at), C(probe_seconds) (the probe's SSH
-      execution, as the controller timed it), C(probe_seconds_box) (the probe's own C(seconds.total)),
-      C(destroy_at) (the destroy's acceptance), C(seconds_billed) (from C(created_at) to C(destroy_at); for a kept
-      box, to the end of its probe), C(polls) (reads of its record until it ran; none after), C(destroy_confirmed),
-      C(identity) (what was compared), C(error).
+    - "One entry per instance, in the order given - C(name), C(id), C(verdict) (PASS, WARN or FAIL), C(finding) (the
+      first FAIL finding, its code and message), C(outcome) (V(kept), V(given back), or V(not given back) when its
+      identity did not match or the destroy failed, with C(error)), C(hostvars) (as the inventory plugin would give
+      it, with its SSH address), C(machine_id), C(price_per_hour), C(created_at), C(running_at) (when the record was
+      first read running with an address), C(answered_at) (SSH answered), C(probe_started_at), C(probed_at),
+      C(probe_seconds) (the probe's SSH execution, as the controller timed it), C(probe_seconds_box) (the probe's own
+      C(seconds.total)), C(destroy_at) (the destroy's acceptance), C(seconds_billed) (from C(created_at) to
+      C(destroy_at); for a kept box, to the end of its probe), C(polls) (reads of its record until it ran; none
+      after), C(destroy_confirmed), C(identity) (what was compared)."
   type: list
   elements: dict
   returned: always

@@ -206,6 +206,13 @@ def readme_rent_commands():
             if line.strip().startswith("ansible-playbook")]
 
 
+def image_boxes(fleet):
+    """The rented boxes of the fleet (fleet add wrote them into its inventory): lab-21 and up."""
+    with open(fleet.inventory_path, encoding="utf-8") as handle:
+        fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
+    return sorted(host for host in fleet.hosts if int(host.split("-")[1]) >= 20)
+
+
 def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path):
     """README.md's three Rent commands, verbatim, with only what a lab needs added: the fake's URL (rent_api_url),
     the lab's SSH key and known_hosts, and preflight's lab settings. The fake serves offers that fit the README's
@@ -235,7 +242,12 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
     try:
         outs = []
-        for argv in commands:
+        for number, argv in enumerate(commands):
+            if number == 2:
+                # the lab's boxes stand in for the README's image (pytorch/pytorch), which has a `python`
+                for host in image_boxes(fleet):
+                    fleet.ssh(host, "command -v python >/dev/null || ln -s \"$(command -v python3)\" "
+                                    "/usr/local/bin/python")
             argv = [os.path.join(VENV_BIN, "ansible-playbook")] + [arg.replace("$PWD", str(tmp_path))
                                                                   for arg in argv[1:]] + lab_needs
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
@@ -251,12 +263,11 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
     assert len(creates) == 3  # the throttled box, given back, and two kept
     deletes = [r["path"] for r in fake.api_requests() if r["method"] == "DELETE"]
     assert len(deletes) == 1 and deletes[0].rstrip("/").endswith("/9000020"), deletes
-    with open(fleet.inventory_path, encoding="utf-8") as handle:  # fleet add wrote the rented boxes there
-        fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
     done = {}
     for host in ("lab-21", "lab-22"):
         status = wait_finished(fleet, host, "train")
-        assert status["exit_code"] == 0, (host, status)
+        assert status["exit_code"] == 0, (host, status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log",
+                                                                  check=False).stdout)
         done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
     assert all('"exit_code": 0' in text for text in done.values()), done
     assert all(KEY not in out for out in outs)
