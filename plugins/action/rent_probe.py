@@ -186,8 +186,8 @@ class ActionModule(DocumentedAction):
             if current == "running" and host and host["address"]:
                 break
             if current in STUCK or current == "absent" or time.time() + interval > deadline:
-                box.update(verdict="FAIL", finding="not_running: the provider reports %s (%s) %.0f s after the create"
-                           % (current, raw, time.time() - box["created_at"]))
+                box.update(verdict="FAIL", finding="probe_failed: it never ran with an SSH address: the provider "
+                           "reports %s (%s) %.0f s after the create" % (current, raw, time.time() - box["created_at"]))
                 return self.give_back(box, life, current, None, None, provider)
             time.sleep(interval)
         box["running_at"] = time.time()
