@@ -271,3 +271,42 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
         done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
     assert all('"exit_code": 0' in text for text in done.values()), done
     assert all(KEY not in out for out in outs)
+
+
+def test_lambda_rent_gives_back_the_throttled_instance_and_keeps_the_next(lab):
+    """Lambda: POST /api/v1/instance-operations/launch, one instance per request, with the rent's filesystem; the
+    first instance lands on a throttled machine (the fake's first scenario). Lambda's boxes have no id of their own,
+    so it is given back (terminate) after the provider's record matched the probed address; the next is kept, probed
+    where its filesystem is mounted (the rent's file_system_names)."""
+    fleet, _fake, _prov, laptop, _runpod = lab
+    provisioner = fake_api.LabProvisioner(fleet.state, scenarios=["8xh100-hwslowdown", "8xh100"], delay=0.5,
+                                          first_index=30)
+    fake = fake_api.FakeAPI("lambda", KEY, provisioner=provisioner).start()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               LAMBDA_API_KEY=KEY, PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    try:
+        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                               os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps({
+                                   "rent_name": "lam-a", "rent_provider": "lambda", "rent_api_url": fake.url,
+                                   "rent_count": 1, "rent_gpu_count": 8, "rent_regions": ["us-east-1"],
+                                   "rent_spec": {"instance_type": "gpu_8x_h100_sxm5", "ssh_key_names": ["lab"],
+                                                 "file_system_names": ["lab"]},
+                                   "rent_poll_interval": 0.2, "preflight_sample_seconds": 1,
+                                   "preflight_check_torch": False,
+                                   "rent_inventory_dir": str(laptop / "inventories" / "rented")})],
+                              capture_output=True, text=True, env=env, cwd=str(laptop), timeout=600,
+                              stdin=subprocess.DEVNULL, check=False)
+    finally:
+        fake.stop()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert provisioner.errors == []
+    launches = [r for r in fake.api_requests() if r["path"].endswith("/instance-operations/launch")]
+    assert len(launches) == 2 and launches[0]["body"]["file_system_names"] == ["lab"], launches
+    terminates = [r["body"] for r in fake.api_requests() if r["path"].endswith("/instance-operations/terminate")]
+    report = json.loads((laptop / "reports" / "rent-lam-a.json").read_text())
+    rows = {row["outcome"]: row for row in report["boxes"]}
+    assert terminates == [{"instance_ids": [rows["given back"]["id"]]}], terminates
+    assert rows["given back"]["finding"].startswith("throttle_active"), rows
+    assert rows["kept"]["verdict"] == "PASS" and rows["kept"]["id"] != rows["given back"]["id"], rows
+    assert KEY not in out
