@@ -371,7 +371,8 @@ def adopt_item(status_file, sync_dest):
     """An item done on an earlier box, taken from its durable copy -> (status, line), or (None, why) when it must
     run: the job's queue record must name ``sync_dest`` for the item (a planted record never chooses where to
     look), the record beside the copy (read bounded, no link followed) must say done with every best file synced,
-    and each of those files must be in ``sync_dest`` with its recorded size and sha256."""
+    with the argument the queue gives the item now, and each of those files must be in ``sync_dest`` with its
+    recorded size and sha256."""
     local = job_layout.read_record(status_file)
     if job_layout.is_done(local):
         return None, "it is done here"
@@ -391,6 +392,9 @@ def adopt_item(status_file, sync_dest):
             or record.get("sync_dest") != sync_dest or record.get("unsynced") or not isinstance(record.get("synced"), list) \
             or not record["synced"]:
         return None, "its record %s does not say done with every file synced" % done_record_path(sync_dest)
+    if record.get("arg") != entry.get("arg"):
+        return None, "it was done with the argument %r, and the queue now gives it %r" % (record.get("arg"),
+                                                                                            entry.get("arg"))
     for entry in record["synced"]:
         path = entry.get("path") if isinstance(entry, dict) else None
         full = os.path.join(sync_dest, str(path or ""))

@@ -141,7 +141,8 @@ def _two_boxes(out, tmp_path):
     job = tmp_path / "h2" / "jobs" / "train"
     job.mkdir(parents=True)
     (job / "queue.json").write_text(json.dumps(record))
-    status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(fs / "000"), best=["best*"], host="h1")
+    status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(fs / "000"), best=["best*"], host="h1",
+                                       arg="a")
     assert status["state"] == "done"
     return job / "items" / "000" / "status.json", fs / "000"
 
@@ -162,7 +163,8 @@ def test_an_item_done_with_a_verified_durable_copy_is_adopted_on_another_box_not
     assert 'export TRAINER_DURABLE_DIR="$DURABLE/$ID"' in text
 
 
-@pytest.mark.parametrize("spoil", ["changed copy", "missing copy", "other dest", "planted record", "failed record"])
+@pytest.mark.parametrize("spoil", ["changed copy", "missing copy", "other dest", "planted record", "failed record",
+                                   "other arg"])
 def test_an_item_is_not_adopted_unless_its_copy_matches_the_record_and_the_queue_names_it(out, tmp_path, spoil):
     status_file, dest = _two_boxes(out, tmp_path)
     done = dest.parent / ".trainer-done" / "000.json"
@@ -176,6 +178,10 @@ def test_an_item_is_not_adopted_unless_its_copy_matches_the_record_and_the_queue
     elif spoil == "planted record":  # a record naming a file outside the copy
         record = json.loads(done.read_text())
         record["synced"] = [{"path": "../../../etc/passwd", "bytes": 1, "sha256": "0"}]
+        done.write_text(json.dumps(record))
+    elif spoil == "other arg":  # the queue changed under the same run id: the item is trained again
+        record = json.loads(done.read_text())
+        record.update(arg="b")
         done.write_text(json.dumps(record))
     else:
         record = json.loads(done.read_text())
