@@ -102,10 +102,10 @@ def main():
                   sent - bad["probed_at"], answer, billed / floor, excess - answer,
                   "within one poll" if excess - answer <= args.poll else "ABOVE one poll"))
     median = statistics.median(excesses)
+    verdict = "met" if median <= args.poll else "NOT met"
+    ratio = statistics.median(ratios)
     print("median excess above provisioning + probe (the provider's answer to DELETE left out): %.2f s against one "
-          "poll interval %.2f s (%s); median ratio "
-          "billed/floor %.2f" % (median, args.poll, "met" if median <= args.poll else "NOT met",
-                                  statistics.median(ratios)))
+          "poll interval %.2f s (%s); median ratio billed/floor %.2f" % (median, args.poll, verdict, ratio))
     return 0
 
 

@@ -393,8 +393,8 @@ def adopt_item(status_file, sync_dest):
             or not record["synced"]:
         return None, "its record %s does not say done with every file synced" % done_record_path(sync_dest)
     if record.get("arg") != entry.get("arg"):
-        return None, "it was done with the argument %r, and the queue now gives it %r" % (record.get("arg"),
-                                                                                            entry.get("arg"))
+        return None, "it was done with the argument %r, and the queue now gives it %r" % (
+            record.get("arg"), entry.get("arg"))
     for entry in record["synced"]:
         path = entry.get("path") if isinstance(entry, dict) else None
         full = os.path.join(sync_dest, str(path or ""))

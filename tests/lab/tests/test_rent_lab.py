@@ -248,8 +248,8 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
                 for host in image_boxes(fleet):
                     fleet.ssh(host, "command -v python >/dev/null || ln -s \"$(command -v python3)\" "
                                     "/usr/local/bin/python")
-            argv = [os.path.join(VENV_BIN, "ansible-playbook")] + [arg.replace("$PWD", str(tmp_path))
-                                                                  for arg in argv[1:]] + lab_needs
+            words = [arg.replace("$PWD", str(tmp_path)) for arg in argv[1:]]
+            argv = [os.path.join(VENV_BIN, "ansible-playbook")] + words + lab_needs
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
                                   stdin=subprocess.DEVNULL, check=False)
             outs.append(proc.stdout + proc.stderr)
