@@ -61,6 +61,7 @@ import sys
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.item_log import ITEM_LOG, job_log_path, write_item_log
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import sync as sync_core
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import torch_build
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.atomic import write_atomic
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
@@ -338,7 +339,77 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
         synced = sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync, records=records)
         line = _sync_line(item, status, synced)
     status["finished"] = job_layout.now_iso()
+    record_durable_done(status)
     return status, line
+
+
+# Beside the items' durable copies (<durable root>/.trainer-done/<item>.json): an item's status once every best file
+# is verified there. A relaunch on another box that mounts the same durable tier (the autopilot's replacement of a
+# preempted box) takes the item as done from it (adopt_item) instead of training it again from scratch.
+DONE_DIR = ".trainer-done"
+
+
+def done_record_path(sync_dest):
+    sync_dest = str(sync_dest).rstrip("/")
+    return os.path.join(os.path.dirname(sync_dest), DONE_DIR, os.path.basename(sync_dest) + ".json")
+
+
+def record_durable_done(status):
+    """Write the item's status beside its durable copy when the item is done with every best file verified there;
+    a failure to write it only means a relaunch elsewhere cannot skip the item."""
+    dest = status.get("sync_dest")
+    if not dest or not job_layout.is_done(status) or status.get("unsynced") or not status.get("synced"):
+        return False
+    try:
+        write_atomic(done_record_path(dest), json.dumps(status, indent=1, sort_keys=True) + "\n", make_dirs=True)
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def adopt_item(status_file, sync_dest):
+    """An item done on an earlier box, taken from its durable copy -> (status, line), or (None, why) when it must
+    run: the job's queue record must name ``sync_dest`` for the item (a planted record never chooses where to
+    look), the record beside the copy (read bounded, no link followed) must say done with every best file synced,
+    with the argument the queue gives the item now, and each of those files must be in ``sync_dest`` with its
+    recorded size and sha256."""
+    local = job_layout.read_record(status_file)
+    if job_layout.is_done(local):
+        return None, "it is done here"
+    queue = _queue_of(status_file)
+    item = os.path.basename(os.path.dirname(os.path.abspath(status_file)))
+    entry = next((e for e in (queue or {}).get("items") or [] if e.get("item") == item), None)
+    if entry is None or not sync_dest or entry.get("sync_dest") != sync_dest:
+        return None, "the queue record names no durable copy %s for item %s" % (sync_dest, item)
+    text = safe_read.read_text(done_record_path(sync_dest))
+    if text is None:
+        return None, "no record of it done in %s" % done_record_path(sync_dest)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None, "its record %s is not JSON" % done_record_path(sync_dest)
+    if not isinstance(record, dict) or not job_layout.is_done(record) or record.get("item") != item \
+            or record.get("sync_dest") != sync_dest or record.get("unsynced") or not isinstance(record.get("synced"), list) \
+            or not record["synced"]:
+        return None, "its record %s does not say done with every file synced" % done_record_path(sync_dest)
+    if record.get("arg") != entry.get("arg"):
+        return None, "it was done with the argument %r, and the queue now gives it %r" % (
+            record.get("arg"), entry.get("arg"))
+    for entry in record["synced"]:
+        path = entry.get("path") if isinstance(entry, dict) else None
+        full = os.path.join(sync_dest, str(path or ""))
+        if not isinstance(path, str) or not path or not safe_read.resolved_inside(path, sync_dest):
+            return None, "its record names a file outside %s: %r" % (sync_dest, path)
+        try:
+            digest, size = sha256_file(full)
+        except OSError as exc:
+            return None, "%s of its copy cannot be read (%s)" % (path, exc.strerror or exc)
+        if size != entry.get("bytes") or digest != entry.get("sha256"):
+            return None, "%s of its copy differs from the record (size or sha256)" % path
+    status = dict(record, adopted_from=done_record_path(sync_dest), adopted_at=job_layout.now_iso(),
+                  trained_on=record.get("host"), host=socket.gethostname())
+    return status, ("==== trainer: item %s was done on %s (finished %s): its %d file(s) verified in %s, not trained "
+                    "again ====" % (item, record.get("host"), record.get("finished"), len(record["synced"]), sync_dest))
 
 
 def _sync_line(item, status, synced):
@@ -391,6 +462,7 @@ def resync_item(status_file, sync=None):
     dirs = record_dirs(_queue_of(status_file))
     records = record_sources(item, dirs["tensorboard_dir"], dirs["protocol_dir"], wandb_dir=dirs["wandb_dir"])
     synced = sync_outputs(status, str(output_dir), sync_dest, best, scratch, sync=sync, records=records)
+    record_durable_done(status)
     return status, _sync_line(item, status, synced)
 
 
@@ -472,6 +544,10 @@ def cli(argv=None):
                                              "exit 0 when it is now done, 1 when it still fails, 3 when the item is "
                                              "not in that state (run its command)")
     p_resync.add_argument("status")
+    p_adopt = sub.add_parser("adopt", help="take an item done on an earlier box from its verified durable copy; exit "
+                                           "0 when it is now done here, 3 when it must run")
+    p_adopt.add_argument("status")
+    p_adopt.add_argument("sync_dest")
     args = parser.parse_args(argv)
 
     if args.cmd == "code":
@@ -508,6 +584,14 @@ def cli(argv=None):
         return 0 if status["exit_code"] == 0 else (status["exit_code"] if 0 < status["exit_code"] < 256 else 1)
     if args.cmd == "resync":
         return resync_cli(args.status)
+    if args.cmd == "adopt":
+        status, line = adopt_item(args.status, args.sync_dest)
+        if status is None:
+            return 3
+        job_layout.write_status(args.status, status)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return 0
     parser.print_usage(sys.stderr)
     return 2
 

@@ -312,3 +312,22 @@ def machine_id(provider, record):
     value = record.get({"vastai": "machine_id", "runpod": "machineId"}.get(provider, "")) if provider != "lambda" \
         else None
     return str(value) if value not in (None, "") else None
+
+
+# --- the verdict on a new box -----------------------------------------------------------------------------------
+
+def judge(probe):
+    """(verdict, finding) of preflight_probe's result on a new box: its ``status`` and its first FAIL finding
+    (``code: message``); a probe that failed, did not answer or gave no status is FAIL ``probe_failed: ...``."""
+    if not isinstance(probe, dict) or probe.get("failed") or probe.get("unreachable") or not probe.get("status"):
+        why = (probe or {}).get("msg") if isinstance(probe, dict) else None
+        return "FAIL", "probe_failed: %s" % " ".join(str(why or "the box did not answer").split())[:400]
+    fails = []
+    for part in ("inode_check", "gpu_health", "env_audit"):
+        section = probe.get(part)
+        for finding in (section or {}).get("findings") or [] if isinstance(section, dict) else []:
+            if isinstance(finding, dict) and finding.get("level") == "FAIL":
+                fails.append(finding)
+    if fails:
+        return "FAIL", "%s: %s" % (fails[0].get("code"), fails[0].get("message"))
+    return str(probe["status"]), None

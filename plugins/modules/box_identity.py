@@ -115,12 +115,16 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.box_identity import PLATFORM_IDS, decide, gather
 
+# what AnsibleModule is given: also read by the controller action rent_probe, which runs this module without
+# AnsiballZ (plugin_utils/direct) on a new box, at once with preflight's probe
+MODULE_OPTIONS = dict(
+    argument_spec=dict(provider=dict(type="str", required=True, choices=sorted(PLATFORM_IDS))),
+    supports_check_mode=True,
+)
+
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(provider=dict(type="str", required=True, choices=sorted(PLATFORM_IDS))),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(**MODULE_OPTIONS)
     provider = module.params["provider"]
     rows = gather(provider, os.environ)
     result = decide(provider, rows)

@@ -573,7 +573,7 @@ def present(module, result):
         entry = {"id": pid, "created": pid in created_at, "created_at": created_at.get(pid),
                  "running_at": time.time(), "provider_status": raw, "state": current,
                  "machine_id": machine_id(provider, life.record), "offer": offers_of.get(pid),
-                 "name": None, "hostvars": None}
+                 "name": "%s-%s" % (name, pid), "hostvars": None}
         if host is not None:
             hostvars = dict(host["hostvars"], provider_api_url=params["api_url"] or PROVIDERS[provider]["url"])
             if host["address"]:

@@ -276,14 +276,33 @@ class DirectAction(NormalAction):
         each dict option of ``subspecs`` checked against its spec too; the argument spec with those as suboptions,
         for the host to expand paths). Unsupported when they do not validate, or validate with a warning, so that
         the module reports that itself."""
-        options = dict(options)
-        options.pop("supports_check_mode", None)
-        spec = options.pop("argument_spec")
-        params = checked(spec, dict(self._task.args), **options)
-        for name, subspec in subspecs.items():
-            params[name] = checked(subspec, params[name] or {})
-        return params, dict((name, dict(option, options=subspecs[name]) if name in subspecs else option)
-                            for name, option in spec.items())
+        return validated(options, subspecs, self._task.args)
+
+
+def validated(options, subspecs, args):
+    """(``args`` checked against ``options`` (a module's MODULE_OPTIONS) with their defaults, each dict option of
+    ``subspecs`` checked against its spec too; the argument spec with those as suboptions); Unsupported when they do
+    not validate (see DirectAction.validated_params)."""
+    options = dict(options)
+    options.pop("supports_check_mode", None)
+    spec = options.pop("argument_spec")
+    params = checked(spec, dict(args), **options)
+    for name, subspec in subspecs.items():
+        params[name] = checked(subspec, params[name] or {})
+    return params, dict((name, dict(option, options=subspecs[name]) if name in subspecs else option)
+                        for name, option in spec.items())
+
+
+def program_for(module, args, check_mode=False):
+    """The program that runs the collection's module ``module`` with ``args`` on a host's Python, read from stdin,
+    for a controller action that runs it over SSH itself (rent_probe: several new boxes at once); Unsupported when
+    the arguments do not validate."""
+    shared = prepared(module)
+    params, spec = validated(shared["options"], shared["subspecs"], args)
+    request = json.dumps({"module": COLLECTION + ".plugins.modules." + module, "params": params, "spec": spec,
+                          "checked": [canonical(sub) for sub in shared["subspecs"].values()],
+                          "check_mode": bool(check_mode)})
+    return program(shared, request)
 
 
 def checked(spec, values, **constraints):

@@ -1,4 +1,4 @@
-"""The four playbooks (patrol, preflight, autopilot, teardown) on localhost: a misspelled variable of the playbook's
+"""The five playbooks (patrol, preflight, autopilot, teardown, rent) on localhost: a misspelled variable of the playbook's
 prefix, or a value of a wrong type, from the command line or from the inventory, stops the playbook before it
 probes, pulls or stops anything, naming the variable (and the close match of a misspelling)."""
 
@@ -19,6 +19,8 @@ CASES = [
      "autopilot_max_restarts=many", "autopilot_max_restarts has a wrong type (for localhost)"),
     ("teardown", "teardown_aprove=localhost", "did you mean teardown_approve?",
      "teardown_allow_extra=perhaps", "teardown_allow_extra has a wrong type (for localhost)"),
+    ("rent", "rent_max_spnd=5", "did you mean rent_max_spend?",
+     "rent_count=several", "rent_count has a wrong type (for localhost)"),
 ]
 
 

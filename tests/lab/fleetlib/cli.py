@@ -227,10 +227,19 @@ def cmd_add(args) -> int:
     if not os.path.isdir(instance.scenario_dir(inst["scenario"])):
         print(f"fleet add: no GPU scenario {inst['scenario']!r} under tests/lab/gpu/scenarios", file=sys.stderr)
         return 2
-    if inst["durable_dir"]:
-        print(f"fleet add: platform {args.platform} has a durable FS per region; add supports the platforms "
-              "without one (runpod, vastai, generic_ssh)", file=sys.stderr)
+    if inst["platform"] == "autodl":
+        print("fleet add: autodl instances share the fleet's proxy and region A's durable FS from `fleet up`; add "
+              "supports runpod, vastai, lambda and generic_ssh", file=sys.stderr)
         return 2
+    if inst["durable_dir"]:  # Lambda: the region's filesystem, as `fleet up` mounts it (shared by its instances)
+        path = instance.region_path(state, inst)
+        if path not in record["mounts"]:
+            os.makedirs(path, exist_ok=True)
+            record["mounts"].append(path)
+            st.save(state, record)
+            st.mount("tmpfs", path, "tmpfs", 2 | 4,   # nosuid, nodev
+                     f"size={os.environ.get('LAB_DURABLE_SIZE', '256m')},"
+                     f"nr_inodes={os.environ.get('LAB_DURABLE_INODES', '5000')},mode=1777")
     key = instance.client_key(state)
     with open(key + ".pub") as fh:
         client_pub = fh.read()
@@ -434,7 +443,7 @@ def main(argv=None) -> int:
     ga.set_defaults(func=cmd_gpu_app)
     add = sub.add_parser("add", help="start one more instance in a running fleet (prints its name and address as "
                                      "JSON)")
-    add.add_argument("--platform", default="generic_ssh", help="platform group (runpod, vastai, generic_ssh)")
+    add.add_argument("--platform", default="generic_ssh", help="platform group (runpod, vastai, lambda, generic_ssh)")
     add.add_argument("--scenario", help="GPU scenario (tests/lab/gpu/scenarios)")
     add.add_argument("--index", type=int, help="the instance's index (lab-NN, its address); default: the next free")
     add.set_defaults(func=cmd_add)

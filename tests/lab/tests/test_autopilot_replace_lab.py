@@ -3,23 +3,27 @@
 One vast.ai fleet (lab-01, the rented box, over the vastai inventory plugin against the fake with
 include_states: [preempted]) and one offer whose box the fake's LabProvisioner starts (lab-02) when it is rented.
 The rent's record (reports/rent-sweep-a.json, as rent.yml writes it: its spec and its boxes) names lab-01's
-instance. A one-item queue runs on lab-01; the bid instance is then preempted and never returns (the fake reports
-it stopped, the box stops answering).
+instance. A two-item queue runs on lab-01: item 000 finishes with a verified durable copy, item 001 writes a
+checkpoint to its durable directory (TRAINER_DURABLE_DIR) and is still training when the bid instance is preempted
+and never returns (the fake reports it stopped, the box stops answering).
 
 * Without the opt-in the tick rents nothing and escalates once.
 * With ``autopilot_replace: true`` the tick rents a replacement with the record's spec (the rent's round, preflight's
-  probe included), relaunches the queue there, and a later tick destroys the old instance once (one DELETE), after
-  the replacement finished the item with a verified durable copy. One ``replaced`` event per step.
+  probe included) and relaunches the queue there from the durable tier: item 000 is taken as done from its verified
+  copy (never trained again), item 001 resumes from its checkpoint. A later tick destroys the old instance once
+  (one DELETE). One ``replaced`` event per step.
 
-The lab's vast.ai boxes have no durable FS that outlives the instance (vast.ai's durable directory is the container
-disk, lost on destroy), so the interrupted item restarts from scratch on the replacement: what the durable tier
-held of it (nothing) is what it resumes from, and the old box is destroyed only once the replacement has finished
-the item. Playbook runs: one launch and four ticks.
+vast.ai's own durable directory is the container disk (/workspace), lost on destroy: a queue resumes on a
+replacement only from storage that outlives the instance (a network filesystem mounted on every box, declared as
+trainer_durable_dir with a tier that survives destroy). The lab stands one in with a directory of the checkout, which
+every lab box binds at the same path. Playbook runs: one launch and four ticks.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -38,13 +42,27 @@ KEY = "LABKEY-32-replace-never-shown"
 SINKS = [{"type": "webhook", "name": "lab", "url_env": "LAB_HOOK_URL"}]
 SPEC = {"gpu": "H100_SXM", "gpu_count": 8, "max_price": 5, "image": "pytorch/pytorch:latest", "disk_gb": 64,
         "interruptible": False}
-# the item trains forever on the old box (the market takes it mid-item) and at once on its replacement
+# p0 finishes at once; p1 checkpoints to its durable directory, then trains forever on the old box (the market takes
+# it mid-item) and, resumed from that checkpoint, finishes at once on its replacement
 TRAIN_SH = r"""#!/usr/bin/env bash
-echo "$TRAINER_ITEM $1 $(hostname)" >> "$HOME/launch-runs.log"
-if [ "$(hostname)" = lab-01 ]; then sleep 3600; fi
+echo "$TRAINER_ITEM $1 $(hostname) start" >> "$HOME/launch-runs.log"
+if [ "$1" = p1 ]; then
+    if [ -f "$TRAINER_DURABLE_DIR/ckpt-step" ]; then
+        echo "$TRAINER_ITEM $1 $(hostname) resumed-from-step $(cat "$TRAINER_DURABLE_DIR/ckpt-step")" >> "$HOME/launch-runs.log"
+    else
+        mkdir -p "$TRAINER_DURABLE_DIR" && echo 5 > "$TRAINER_DURABLE_DIR/ckpt-step"
+    fi
+    if [ "$(hostname)" = lab-01 ]; then sleep 3600; fi
+fi
 printf 'best-%s' "$1" > "$TRAINER_OUTPUT_DIR/best.pt"
 """
-QUEUE = ["p0"]
+QUEUE = ["p0", "p1"]
+# a filesystem that outlives the instance, mounted on every box at the same path (the lab: a directory of the
+# checkout, which every lab box binds)
+SHARED = os.path.join(REPO, ".cache", "lab-durable-%d" % os.getpid())
+DURABLE = {"trainer_durable_dir": SHARED, "trainer_storage_tiers": [
+    {"name": "data", "path": "/workspace", "survives": ["stop"], "lost_on": ["destroy"], "shared": "none"},
+    {"name": "durable", "path": SHARED, "survives": ["stop", "destroy"], "lost_on": [], "shared": "team"}]}
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +74,12 @@ def lab(lab_free, tmp_path_factory):
         provisioner = fake_api.LabProvisioner(state, delay=0.5, first_index=2)
         fake = fake_api.FakeAPI("vastai", KEY, [old], offers=[fake_api.vastai_offer(1, "8xh100")],
                                 provisioner=provisioner).start()
+        os.makedirs(SHARED, exist_ok=True)
         try:
             yield fleet, fake, provisioner, tmp_path_factory.mktemp("laptop")
         finally:
             fake.stop()
+            shutil.rmtree(SHARED, ignore_errors=True)
         assert provisioner.errors == []
 
 
@@ -70,7 +90,7 @@ def tick(lab, hook, *args):
                VAST_API_KEY=KEY)
     variables = {"autopilot_notify": True, "autopilot_notify_sinks": SINKS, "autopilot_replace_after_minutes": 0,
                  "ansible_timeout": 5, "launch_src": str(laptop / "src"), "launch_command": "bash train.sh",
-                 "launch_queue": QUEUE, "launch_min_seconds": 0, "rent_poll_interval": 0.2}
+                 "launch_queue": QUEUE, "launch_min_seconds": 0, "rent_poll_interval": 0.2, **DURABLE}
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(laptop / "vastai.yml"),
                            os.path.join(REPO, "playbooks", "autopilot.yml"), "-e", json.dumps(variables), *args],
                           capture_output=True, text=True, env=env, cwd=str(laptop), stdin=subprocess.DEVNULL,
@@ -107,8 +127,14 @@ def test_a_preempted_bid_instance_is_replaced_relaunched_and_destroyed_once_only
     (laptop / "reports" / "rent-sweep-a.json").write_text(json.dumps({
         "rent": "sweep-a", "provider": "vastai", "count": 1, "spec": SPEC, "api_url": fake.url,
         "boxes": [{"host": "sweep-a-9000001", "id": 9000001, "outcome": "kept", "verdict": "PASS"}]}))
-    launch_yml(fleet, src, "-l", "lab-01", extra={"launch_min_seconds": 0, "launch_queue": QUEUE})
-    wait_for(lambda: any(line.startswith("000") for line in runs(fleet, "lab-01")), what="item 000 to start")
+    launch_yml(fleet, src, "-l", "lab-01", extra=dict(DURABLE, launch_min_seconds=0, launch_queue=QUEUE))
+    wait_for(lambda: any(line.startswith("001") for line in runs(fleet, "lab-01")), what="item 001 to start")
+    before = [line for line in runs(fleet, "lab-01") if line.strip()]
+    assert before == ["000 p0 lab-01 start", "001 p1 lab-01 start"], before
+    durable = glob.glob(os.path.join(SHARED, "runs", "*", "*"))
+    assert sorted(os.path.basename(path) for path in durable) == ["000", "001"], durable
+    wait_for(lambda: os.path.exists(os.path.join(os.path.dirname(durable[0]), ".trainer-done", "000.json")),
+             what="item 000's durable record")
 
     # a tick while it trains: the decision keeps the queue's snapshot (what the old box held)
     _proc, rows = tick(lab, hook, "-e", "autopilot_replace=true")
@@ -136,13 +162,18 @@ def test_a_preempted_bid_instance_is_replaced_relaunched_and_destroyed_once_only
         fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
     assert wait_finished(fleet, "lab-02", "train")["exit_code"] == 0
 
-    # the replacement finished the item with a durable copy: the old instance is destroyed, once
+    # the replacement took item 000 as done from its verified copy and resumed item 001 from its checkpoint
+    assert [line for line in runs(fleet, "lab-02") if line.strip()] == [
+        "001 p1 lab-02 start", "001 p1 lab-02 resumed-from-step 5"], runs(fleet, "lab-02")
+    adopted = json.loads(fleet.ssh("lab-02", "cat ~/.trainer/jobs/train/items/000/status.json").stdout)
+    assert (adopted["state"], adopted["trained_on"], adopted["host"]) == ("done", "lab-01", "lab-02"), adopted
+
+    # every item is covered (000 durable beyond the instance, 001 finished on the replacement): the old instance is
+    # destroyed, once
     _proc, rows = tick(lab, hook, "-e", "autopilot_replace=true")
     old = rows["sweep-a"]
     assert (old["action"], old["ok"], old["state"]) == ("retire", True, "retired"), old
     (destroy,) = calls(fake, "DELETE", "/api/v0/instances/")
     assert destroy["path"].rstrip("/").endswith("/9000001")
     assert rows["sweep-a-r1"]["state"] == "done", rows["sweep-a-r1"]
-    # the item ran twice (interrupted on the old box, from scratch on the replacement), never on a third box
-    assert [line.split()[2] for line in runs(fleet, "lab-02") if line.strip()] == ["lab-02"]
     assert sent(hook, "sweep-a") == ["escalated", "replaced", "replaced"]

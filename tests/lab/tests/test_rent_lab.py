@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -85,7 +86,7 @@ def playbook(fleet, laptop, inventory, name, *args):
 
 
 def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
-    fleet, fake, _prov, laptop, _runpod = lab
+    fleet, fake, _prov, laptop, _runpod = lab  # pylint: disable=invalid-name
     proc, out = rent(lab, "-vvv")
     assert proc.returncode == 0, out[-6000:]
     assert len(calls(fake, "PUT", "/api/v0/asks/")) == 3
@@ -107,6 +108,15 @@ def test_rent_keeps_two_pass_boxes_and_gives_back_the_throttled_one(lab):
     assert [(r["machine_id"], r["provider"], r["finding"].split(":")[0]) for r in recorded] == [
         (BAD_MACHINE, "vastai", "throttle_active")]
     assert recorded[0]["cost"] >= 0 and recorded[0]["seconds_billed"] == bad["seconds_billed"]
+    # the bad box is probed as soon as it answers and given back at once: between the moment its lab instance
+    # answered (the fake's provisioner) and its destroy, the fake served at most one read of its record (the poll
+    # that saw it running); the old flow read it again before the destroy, and waited for the other new boxes
+    ready = next(at for at, verb, index, _detail in _prov.events if verb == "ready" and index == 2)
+    reads = [r for r in fake.api_requests() if r["method"] == "GET" and r["path"].rstrip("/").endswith("/9000002")
+             and ready <= r["at"] <= destroy["at"]]
+    assert len(reads) <= 1, reads
+    print("bad box billed %.1f s (running after %s s, probe %s s; reads of its record after it answered: %d)" % (
+        bad["seconds_billed"], bad["running_after_s"], bad["probe_seconds"], len(reads)))
     # the table: the bad box's seconds billed, its offer and outcome
     line = next(ln for ln in out.splitlines() if "%s-9000002" % NAME in ln and "given back" in ln)
     assert "7100001" in line and str(bad["seconds_billed"]) in line, line
@@ -183,4 +193,120 @@ def test_runpod_rent_gives_back_the_pod_on_a_throttled_machine_and_records_its_m
     assert [r["path"] for r in runpod.api_requests() if r["method"] == "DELETE"] == ["/v1/pods/fakepod0010"]
     recorded = json.loads((laptop / "reports" / "bad_pods.json").read_text())
     assert [(r["machine_id"], r["finding"].split(":")[0]) for r in recorded] == [("fakemach0010", "throttle_active")]
+    assert KEY not in out
+
+
+def readme_rent_commands():
+    """The commands of README.md's "Rent" section, as a shell reads them (continuation lines joined, comments and the
+    export left out): [argv, ...]."""
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = text.split("\n## Rent\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    return [shlex.split(line, comments=True) for line in block.splitlines()
+            if line.strip().startswith("ansible-playbook")]
+
+
+def image_boxes(fleet):
+    """The rented boxes of the fleet (fleet add wrote them into its inventory): lab-21 and up."""
+    with open(fleet.inventory_path, encoding="utf-8") as handle:
+        fleet.hosts.update(yaml.safe_load(handle)["all"]["children"]["lab"]["hosts"])
+    return sorted(host for host in fleet.hosts if int(host.split("-")[1]) >= 20)
+
+
+def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path):
+    """README.md's three Rent commands, verbatim, with only what a lab needs added: the fake's URL (rent_api_url),
+    the lab's SSH key and known_hosts, and preflight's lab settings. The fake serves offers that fit the README's
+    spec (1 x H100_SXM at most 2.5 $/h): the cheapest one throttled, one above the cap; the commands check, rent two
+    (giving back the throttled box), and launch the two configs there."""
+    fleet, _fake, _prov, _laptop, _runpod = lab
+    commands = readme_rent_commands()
+    assert [argv[:2] for argv in commands] == [["ansible-playbook", "remote_gpu.trainer.rent"]] * 2 + [
+        ["ansible-playbook", "-i"]], commands
+    offers = [fake_api.vastai_offer(1, "h100-load-hwslowdown-edited", price=2.1),
+              fake_api.vastai_offer(2, "h100-idle", price=2.2), fake_api.vastai_offer(3, "h100-idle", price=2.3),
+              fake_api.vastai_offer(4, "h100-idle", price=2.6)]
+    provisioner = fake_api.LabProvisioner(fleet.state, delay=0.5, first_index=20)
+    fake = fake_api.FakeAPI("vastai", KEY, offers=offers, provisioner=provisioner).start()
+    allvars = fleet.inventory["all"]["vars"]
+    lab_needs = ["-e", json.dumps({"rent_api_url": fake.url, "preflight_sample_seconds": 1,
+                                   "preflight_check_torch": False,
+                                   "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
+                                   "ansible_ssh_common_args": allvars["ansible_ssh_common_args"]})]
+    (tmp_path / "configs").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "configs" / ("%s.yaml" % name)).write_text("lr: 0.1\n")
+    (tmp_path / "train.py").write_text("import os, sys\nprint('epoch 1/1', sys.argv[1:])\n"
+                                       "open(os.path.join(os.environ['TRAINER_OUTPUT_DIR'], 'best.pt'), 'w')"
+                                       ".write(sys.argv[-1])\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    try:
+        outs = []
+        for number, argv in enumerate(commands):
+            if number == 2:
+                # the lab's boxes stand in for the README's image (pytorch/pytorch), which has a `python`
+                for host in image_boxes(fleet):
+                    fleet.ssh(host, "command -v python >/dev/null || ln -s \"$(command -v python3)\" "
+                                    "/usr/local/bin/python")
+            words = [arg.replace("$PWD", str(tmp_path)) for arg in argv[1:]]
+            argv = [os.path.join(VENV_BIN, "ansible-playbook")] + words + lab_needs
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
+                                  stdin=subprocess.DEVNULL, check=False)
+            outs.append(proc.stdout + proc.stderr)
+            assert proc.returncode == 0, (argv, outs[-1][-5000:])
+    finally:
+        fake.stop()
+    assert provisioner.errors == []
+    # --check: the two cheapest offers under the cap, the one above it named; nothing created
+    assert "excluded by max_price: 7100004" in outs[0] and "would rent 2 box(es)" in outs[0], outs[0][-3000:]
+    creates = [r for r in fake.api_requests() if r["method"] == "PUT"]
+    assert len(creates) == 3  # the throttled box, given back, and two kept
+    deletes = [r["path"] for r in fake.api_requests() if r["method"] == "DELETE"]
+    assert len(deletes) == 1 and deletes[0].rstrip("/").endswith("/9000020"), deletes
+    done = {}
+    for host in ("lab-21", "lab-22"):
+        status = wait_finished(fleet, host, "train")
+        assert status["exit_code"] == 0, (host, status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log",
+                                                                  check=False).stdout)
+        done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
+    assert all('"exit_code": 0' in text for text in done.values()), done
+    assert all(KEY not in out for out in outs)
+
+
+def test_lambda_rent_gives_back_the_throttled_instance_and_keeps_the_next(lab):
+    """Lambda: POST /api/v1/instance-operations/launch, one instance per request, with the rent's filesystem; the
+    first instance lands on a throttled machine (the fake's first scenario). Lambda's boxes have no id of their own,
+    so it is given back (terminate) after the provider's record matched the probed address; the next is kept, probed
+    where its filesystem is mounted (the rent's file_system_names)."""
+    fleet, _fake, _prov, laptop, _runpod = lab
+    provisioner = fake_api.LabProvisioner(fleet.state, scenarios=["8xh100-hwslowdown", "8xh100"], delay=0.5,
+                                          first_index=30)
+    fake = fake_api.FakeAPI("lambda", KEY, provisioner=provisioner).start()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               LAMBDA_API_KEY=KEY, PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    try:
+        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+                               os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps({
+                                   "rent_name": "lam-a", "rent_provider": "lambda", "rent_api_url": fake.url,
+                                   "rent_count": 1, "rent_gpu_count": 8, "rent_regions": ["us-east-1"],
+                                   "rent_spec": {"instance_type": "gpu_8x_h100_sxm5", "ssh_key_names": ["lab"],
+                                                 "file_system_names": ["lab"]},
+                                   "rent_poll_interval": 0.2, "preflight_sample_seconds": 1,
+                                   "preflight_check_torch": False,
+                                   "rent_inventory_dir": str(laptop / "inventories" / "rented")})],
+                              capture_output=True, text=True, env=env, cwd=str(laptop), timeout=600,
+                              stdin=subprocess.DEVNULL, check=False)
+    finally:
+        fake.stop()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert provisioner.errors == []
+    launches = [r for r in fake.api_requests() if r["path"].endswith("/instance-operations/launch")]
+    assert len(launches) == 2 and launches[0]["body"]["file_system_names"] == ["lab"], launches
+    terminates = [r["body"] for r in fake.api_requests() if r["path"].endswith("/instance-operations/terminate")]
+    report = json.loads((laptop / "reports" / "rent-lam-a.json").read_text())
+    rows = {row["outcome"]: row for row in report["boxes"]}
+    assert terminates == [{"instance_ids": [rows["given back"]["id"]]}], terminates
+    assert rows["given back"]["finding"].startswith("throttle_active"), rows
+    assert rows["kept"]["verdict"] == "PASS" and rows["kept"]["id"] != rows["given back"]["id"], rows
     assert KEY not in out

@@ -23,8 +23,8 @@ REPO = pathlib.Path(__file__).resolve().parents[4]
 UNDEFINED = "{{ nosuchvar }}"
 # each playbook and the roles that type its variables
 PLAYBOOKS = {"patrol": ["patrol"], "preflight": ["preflight"], "autopilot": ["autopilot", "patrol"],
-             "teardown": ["teardown"]}
-PREFIXES = ("patrol", "preflight", "autopilot", "teardown")
+             "teardown": ["teardown"], "rent": ["rent"]}
+PREFIXES = ("patrol", "preflight", "autopilot", "teardown", "rent")
 
 
 def names_in(text):
@@ -128,7 +128,7 @@ def test_every_name_the_docs_and_plugins_use_is_known(specs):
     # no variables of the playbooks: the functions that build a row, an example's variable (notify), the three
     # modules' registered results in fleet_report's example, play_vars' example of a misspelling
     unknown -= {"patrol_row", "preflight_row", "autopilot_events", "preflight_storage", "preflight_gpu",
-                "preflight_env", "patrol_disk_warn_pc"}
+                "preflight_env", "patrol_disk_warn_pc", "rent_records"}
     assert unknown == set()
 
 

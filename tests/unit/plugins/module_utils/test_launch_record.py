@@ -130,3 +130,62 @@ def test_the_items_wandb_dir_is_exported_and_synced_with_its_offline_runs(out, t
                                        wandb_dir=str(tmp_path / "wandb"))
     assert [entry["path"] for entry in status["synced"]] == [
         "best.pt", "wandb/wandb/offline-run-20260101_000000-abc/run-abc.wandb"]
+
+
+def _two_boxes(out, tmp_path):
+    """An item finished with a verified copy on a shared durable tier by one box's job, and the same job's queue
+    record on a second box (a replacement) that has no status for it -> (the second box's status file, the copy)."""
+    fs = tmp_path / "fs"
+    mine = launch.assign(["a"], ["h2"])
+    record = launch.queue_record(mine, "train", "h2", "exp", 1, str(out.parent), str(fs), best=["best*"])
+    job = tmp_path / "h2" / "jobs" / "train"
+    job.mkdir(parents=True)
+    (job / "queue.json").write_text(json.dumps(record))
+    status, _line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(fs / "000"), best=["best*"], host="h1",
+                                       arg="a")
+    assert status["state"] == "done"
+    return job / "items" / "000" / "status.json", fs / "000"
+
+
+def test_an_item_done_with_a_verified_durable_copy_is_adopted_on_another_box_not_trained_again(out, tmp_path):
+    status_file, dest = _two_boxes(out, tmp_path)
+    record = json.loads((dest.parent / ".trainer-done" / "000.json").read_text())
+    assert record["host"] == "h1" and record["state"] == "done" and [f["path"] for f in record["synced"]] == ["best.pt"]
+    status, line = launch.adopt_item(str(status_file), str(dest))
+    assert status["state"] == "done" and status["trained_on"] == "h1" and status["adopted_from"].endswith("000.json")
+    assert "item 000 was done on h1" in line and "not trained again" in line
+    # the run wrapper asks first: adopted, it exits 0 without running the command
+    text = launch_scripts.run_item_text(name="train", host="h2", command="bash train.sh", dest="/c",
+                                        output_root="/o", durable_root="/fs", run_id="r", best=["best*"],
+                                        scratch=[], job_dir="/j", python="python3", lib_dir="/l")
+    adopt = text.index(' adopt "$STATUS" "$DURABLE/$ID" && exit 0')
+    assert adopt < text.index('rm -f "$STATUS"') < text.index('exec bash -c "$COMMAND $ARG"')
+    assert 'export TRAINER_DURABLE_DIR="$DURABLE/$ID"' in text
+
+
+@pytest.mark.parametrize("spoil", ["changed copy", "missing copy", "other dest", "planted record", "failed record",
+                                   "other arg"])
+def test_an_item_is_not_adopted_unless_its_copy_matches_the_record_and_the_queue_names_it(out, tmp_path, spoil):
+    status_file, dest = _two_boxes(out, tmp_path)
+    done = dest.parent / ".trainer-done" / "000.json"
+    if spoil == "changed copy":
+        (dest / "best.pt").write_bytes(b"C" * 100)
+    elif spoil == "missing copy":
+        (dest / "best.pt").unlink()
+    elif spoil == "other dest":  # the queue record names where to look, never the caller alone
+        assert launch.adopt_item(str(status_file), str(tmp_path / "elsewhere" / "000"))[0] is None
+        return
+    elif spoil == "planted record":  # a record naming a file outside the copy
+        record = json.loads(done.read_text())
+        record["synced"] = [{"path": "../../../etc/passwd", "bytes": 1, "sha256": "0"}]
+        done.write_text(json.dumps(record))
+    elif spoil == "other arg":  # the queue changed under the same run id: the item is trained again
+        record = json.loads(done.read_text())
+        record.update(arg="b")
+        done.write_text(json.dumps(record))
+    else:
+        record = json.loads(done.read_text())
+        record.update(exit_code=1, state="failed")
+        done.write_text(json.dumps(record))
+    status, why = launch.adopt_item(str(status_file), str(dest))
+    assert status is None and why, why

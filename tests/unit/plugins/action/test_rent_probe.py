@@ -1,0 +1,77 @@
+"""The rent_probe action's verdict and its give-back: a FAIL box is destroyed only after its identity matched (its own
+id, or the record's address against the probed one); a box whose identity does not match is never destroyed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.remote_gpu.trainer.plugins.action import rent_probe as action
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import judge
+
+from controller_actions import make_action
+
+
+class FakeLife:
+    """A Lifecycle stand-in: the record read last, the verbs acted."""
+
+    def __init__(self, record, state="running"):
+        self.record = record
+        self.state = {"state": state, "raw": state, "actions": None, "message": None}
+        self.acted = []
+
+    def act(self, request):
+        self.acted.append(request)
+        return {"success": True}
+
+    def read(self, _pid):
+        return "absent", None
+
+    def wait_for(self, _pid, _wanted, _timeout, _interval, before=None):
+        return True, "absent", None
+
+
+RECORD = {"id": 9000002, "public_ipaddr": "127.0.170.2", "actual_status": "running",
+          "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": "22"}]}}
+
+
+def box():
+    return {"id": "9000002", "name": "sweep-a-9000002", "created_at": 1000.0, "answered_at": 1003.0,
+            "outcome": None, "error": None, "identity": None}
+
+
+def give_back(identity, address=("127.0.170.2", 22)):
+    act = make_action(action.ActionModule, {}, name="remote_gpu.trainer.rent_probe")
+    act._timeout = 5  # pylint: disable=protected-access
+    life, one = FakeLife(dict(RECORD)), box()
+    act.give_back(one, life, "running", identity, address, "vastai")
+    return one, life
+
+
+def test_a_fail_box_whose_own_id_matches_is_destroyed_and_billed_to_the_destroys_acceptance():
+    one, life = give_back({"id": "9000002", "source": "session"})
+    assert one["outcome"] == "given back" and one["identity"]["match"] is True
+    assert [(r["name"], r["method"]) for r in life.acted] == [("destroy", "DELETE")]
+    assert one["seconds_billed"] == round(one["destroy_at"] - 1000.0, 1) and one["destroy_confirmed"] is True
+
+
+def test_a_box_that_says_it_is_another_instance_is_never_destroyed():
+    one, life = give_back({"id": "9000007", "source": "session"})
+    assert one["outcome"] == "not given back" and "refused" in one["error"] and life.acted == []
+
+
+@pytest.mark.parametrize("address, outcome", [(("127.0.170.2", 22), "given back"), (("127.0.170.9", 22), "not given back")])
+def test_without_an_id_of_its_own_the_record_must_point_at_the_probed_address(address, outcome):
+    one, life = give_back({"failed": True, "msg": "unreachable"}, address)
+    assert one["outcome"] == outcome and one["identity"]["by"] == "address"
+    assert len(life.acted) == (1 if outcome == "given back" else 0)
+
+
+def test_the_verdict_is_the_probes_status_and_its_first_fail_finding():
+    probe = {"status": "FAIL", "inode_check": {"findings": []},
+             "gpu_health": {"findings": [{"level": "WARN", "code": "x", "message": "m"},
+                                         {"level": "FAIL", "code": "throttle_active", "message": "HW slowdown"}]},
+             "env_audit": None}
+    assert judge(probe) == ("FAIL", "throttle_active: HW slowdown")
+    assert judge({"status": "PASS", "gpu_health": {"findings": []}}) == ("PASS", None)
+    assert judge({"failed": True, "unreachable": True, "msg": "SSH failed"}) == ("FAIL", "probe_failed: SSH failed")
+    assert judge(None)[1] == "probe_failed: the box did not answer"
