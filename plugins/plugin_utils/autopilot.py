@@ -631,7 +631,7 @@ def _combine(host, decisions, result, settings, history, meter_stop, now, billin
     return found
 
 
-def rent_command(provider):
+def command_to_rent(provider):
     """The exact command that rents a new instance like the preempted one (``provider``: the host's provider facts,
     ``record`` the curated record an inventory plugin keeps in hostvars), or None when the record does not say
     enough. Lambda: the instance module's state=present with the instance's own type, region, SSH key and
@@ -680,7 +680,7 @@ def preempted(host, provider, billing=None, gone=False):
                                               "durable checkpoint, as after a reboot; nothing is healed or stopped "
                                               "meanwhile." % (head, said))
     durable = provider.get("durable_dir") or "the durable directory"
-    rent = rent_command(provider)
+    rent = command_to_rent(provider)
     commands = ("1) rent a new %s instance with the same filesystem (its checkpoints are in %s)%s; 2) ansible-playbook "
                 "-i <your %s inventory> playbooks/preflight.yml -l <new host>; 3) ansible-playbook -i <your %s "
                 "inventory> playbooks/launch.yml -l <new host> (the queue resumes from the checkpoints in %s); 4) "
