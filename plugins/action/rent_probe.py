@@ -13,6 +13,7 @@ import os
 import shlex
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -36,6 +37,42 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars impor
 C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 HOST_OF = {"vastai": vastai_host, "runpod": runpod_host, "lambda": lambda_host}
 SSH_RETRY = 0.2  # seconds between two knocks on a box's SSH port once the provider says it runs
+KNOWN_HOSTS_LOCK = threading.Lock()  # the boxes' threads write the rent's known_hosts one at a time
+
+
+def known_host_name(address, port):
+    """How ssh names ``address:port`` in a known_hosts file (unhashed)."""
+    return str(address) if int(port) == 22 else "[%s]:%s" % (address, port)
+
+
+def record_host_key(known_hosts, first_contact, address, port):
+    """Write the key(s) that ssh accepted for ``address:port`` on first contact (the file ``first_contact``) into the
+    rent's ``known_hosts``, replacing every older line for that name: the box was created just now through the
+    provider's API, so a key recorded earlier for its address was another box's. Returns the number of keys written."""
+    name = known_host_name(address, port)
+    try:
+        with open(first_contact, "r", encoding="utf-8", errors="replace") as handle:
+            new = [line.strip() for line in handle.read(1 << 16).splitlines()
+                   if line.strip() and line.split()[0].split(",")[0] == name]
+    except OSError:
+        return 0
+    if not new:
+        return 0
+    directory = os.path.dirname(os.path.abspath(known_hosts))
+    with KNOWN_HOSTS_LOCK:
+        os.makedirs(directory, exist_ok=True)
+        try:
+            with open(known_hosts, "r", encoding="utf-8", errors="replace") as handle:
+                kept = [line.rstrip("\n") for line in handle.read(1 << 22).splitlines()
+                        if line.strip() and name not in line.split()[0].split(",")]
+        except FileNotFoundError:
+            kept = []
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".known_hosts.")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("\n".join(kept + sorted(set(new))) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, known_hosts)
+    return len(set(new))
 
 
 def ssh_answers(address, port, deadline):
@@ -82,6 +119,7 @@ class ActionModule(DocumentedAction):
                                     "option api_key." % (provider, PROVIDERS[provider]["env_var"]))
         fleet = HostVariables(task_vars.get("hostvars"), self._templar)
         boxes, workers = [], []
+        first_contacts = tempfile.TemporaryDirectory(prefix="rent-probe-") if args["known_hosts"] else None
         for instance in args["instances"]:
             if not isinstance(instance, dict) or not instance.get("id"):
                 raise AnsibleActionFail("instances: each one is an entry of the instance module's instances, with "
@@ -92,9 +130,11 @@ class ActionModule(DocumentedAction):
                    "price_per_hour": instance.get("price_per_hour"), "offer": instance.get("offer"),
                    "created_at": instance.get("created_at") or time.time(), "running_at": None,
                    "answered_at": None, "probe_started_at": None, "probed_at": None, "probe_seconds": None, "probe_seconds_box": None, "destroy_at": None,
-                   "seconds_billed": None, "polls": 0, "destroy_confirmed": None,
+                   "seconds_billed": None, "polls": 0, "destroy_confirmed": None, "host_keys_recorded": None,
                    "identity": None}
             setup = self.connection_of(fleet.get(name), args["probes"].get(name), provider)
+            if first_contacts is not None:
+                setup["first_contact"] = os.path.join(first_contacts.name, "%d" % len(boxes))
             worker = threading.Thread(target=self.one_box, args=(box, setup, provider, key, args), daemon=True)
             boxes.append(box)
             workers.append(worker)
@@ -103,6 +143,8 @@ class ActionModule(DocumentedAction):
         limit = time.time() + args["timeout"] * 2 + args["ssh_timeout"] * 2 + 60
         for worker in workers:
             worker.join(max(0.0, limit - time.time()))
+        if first_contacts is not None:
+            first_contacts.cleanup()
         for box in boxes:
             if box["outcome"] is None:
                 box.update(outcome="not given back", error=box["error"] or "its check did not end in time")
@@ -118,7 +160,8 @@ class ActionModule(DocumentedAction):
     def connection_of(self, view, probe, provider):
         """What one box's thread needs from its host variables: the probe's program, the identity read's program,
         the SSH settings (address and port come later, from the provider's record)."""
-        setup = {"problem": None, "probe": None, "identity": None, "target": None, "python": "/usr/bin/python3"}
+        setup = {"problem": None, "probe": None, "identity": None, "target": None, "python": "/usr/bin/python3",
+                 "first_contact": None, "common_args": ""}
         if view is None:
             setup["problem"] = "the host is not in the play (add_host it first)"
             return setup
@@ -132,6 +175,7 @@ class ActionModule(DocumentedAction):
         user = var("ansible_user", "ansible_ssh_user") or C.DEFAULT_REMOTE_USER
         key_file = var("ansible_ssh_private_key_file", "ansible_private_key_file") or C.DEFAULT_PRIVATE_KEY_FILE
         ssh_args = ["-o", "ConnectTimeout=%d" % int(C.DEFAULT_TIMEOUT or 20)]
+        setup["common_args"] = str(var("ansible_ssh_common_args") or "")
         for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
             ssh_args += shlex.split(str(var(name) or ""))
         setup["target"] = Target(user=str(user) if user else None, private_key_file=os.path.expanduser(key_file)
@@ -203,6 +247,12 @@ class ActionModule(DocumentedAction):
                        % (address, port, args["ssh_timeout"]))
             return self.give_back(box, life, current, None, (address, port), provider)
         box["answered_at"] = time.time()
+        if setup["first_contact"]:
+            # a new box's key, taken on first contact into a file of its own (after the box's own SSH arguments,
+            # which win); the rent's known_hosts gets it only if the box is kept
+            setup["target"].ssh_args = setup["target"].ssh_args + [
+                "-o", "UserKnownHostsFile=%s" % setup["first_contact"], "-o", "StrictHostKeyChecking=accept-new",
+                "-o", "HashKnownHosts=no"]
         if setup["problem"]:
             box.update(verdict="FAIL", finding=setup["problem"])
             return self.give_back(box, life, current, None, (address, port), provider)
@@ -224,6 +274,13 @@ class ActionModule(DocumentedAction):
         box["verdict"], box["finding"] = judge(probe)
         if box["verdict"] != "FAIL":
             box.update(outcome="kept", seconds_billed=round(time.time() - box["created_at"], 1))
+            if setup["first_contact"]:
+                reader.join(args["ssh_timeout"] + 5)
+                box["host_keys_recorded"] = record_host_key(args["known_hosts"], setup["first_contact"], address, port)
+                # every later play checks the key recorded now (the box's own arguments first: theirs win)
+                hostvars["ansible_ssh_common_args"] = " ".join(part for part in (
+                    setup["common_args"], "-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes"
+                    % shlex.quote(args["known_hosts"])) if part)
             return None
         reader.join(args["ssh_timeout"] + 5)
         return self.give_back(box, life, current, identity, (address, port), provider)

@@ -85,6 +85,18 @@ options:
     description: Seconds spent retrying one API request answered with 429, a 5xx or a network error.
     type: float
     default: 60
+  known_hosts:
+    description:
+      - A known_hosts file of the rent's own. A new box has a host key nobody knows yet; with this set, the probe
+        accepts the key the box shows on its first contact (C(StrictHostKeyChecking=accept-new), the box having just
+        been created through the provider's API), and a kept box's key is written here, replacing any older key
+        recorded for its address (another box that had the address before). The kept box's C(hostvars) then carry
+        C(ansible_ssh_common_args) that check its key against this file (C(StrictHostKeyChecking=yes)), after the
+        box's own SSH arguments, so that every later play verifies it.
+      - SSH arguments of the box's own that name a C(UserKnownHostsFile) come first, and win.
+      - Unset, the box's SSH settings decide how a new key is taken (with Ansible's default, it is refused, and every
+        box is given back as C(probe_failed)).
+    type: path
 """
 
 EXAMPLES = r"""
@@ -114,6 +126,7 @@ EXAMPLES = r"""
       {%- set _ = out.update({box.name: {'storage': {'paths': ['/workspace']}, 'gpu': {'expected_count': 1}}}) -%}
       {%- endfor -%}{{ out }}
     poll_interval: 2
+    known_hosts: "{{ playbook_dir }}/inventories/rented/sweep-a.known_hosts"
   register: judged
 """
 
@@ -128,7 +141,8 @@ boxes:
       C(probe_seconds) (the probe's SSH execution, as the controller timed it), C(probe_seconds_box) (the probe's own
       C(seconds.total)), C(destroy_at) (the destroy's acceptance), C(seconds_billed) (from C(created_at) to
       C(destroy_at); for a kept box, to the end of its probe), C(polls) (reads of its record until it ran; none
-      after), C(destroy_confirmed), C(identity) (what was compared)."
+      after), C(destroy_confirmed), C(identity) (what was compared), C(host_keys_recorded) (with O(known_hosts): how many
+      of a kept box's host keys were written there)."
   type: list
   elements: dict
   returned: always

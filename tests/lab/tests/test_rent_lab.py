@@ -220,18 +220,22 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
     (giving back the throttled box), and launch the two configs there."""
     fleet, _fake, _prov, _laptop, _runpod = lab
     commands = readme_rent_commands()
-    assert [argv[:2] for argv in commands] == [["ansible-playbook", "remote_gpu.trainer.rent"]] * 2 + [
-        ["ansible-playbook", "-i"]], commands
+    assert [argv[:4] for argv in commands] == [
+        ["ansible-playbook", "-i", "~/my_fleet.yml", "remote_gpu.trainer.rent"]] * 2 + [
+        ["ansible-playbook", "-i", "inventories/rented/sweep-a.yml", "remote_gpu.trainer.launch"]], commands
+    # the user's fleet file, which the rent only parses (the quick start's shape; no host of it is contacted)
+    my_fleet = tmp_path / "my_fleet.yml"
+    my_fleet.write_text("autodl:\n  hosts:\n    autodl-4090: {ansible_host: 127.0.0.1, ansible_port: 9}\n")
     offers = [fake_api.vastai_offer(1, "h100-load-hwslowdown-edited", price=2.1),
               fake_api.vastai_offer(2, "h100-idle", price=2.2), fake_api.vastai_offer(3, "h100-idle", price=2.3),
               fake_api.vastai_offer(4, "h100-idle", price=2.6)]
     provisioner = fake_api.LabProvisioner(fleet.state, delay=0.5, first_index=20)
     fake = fake_api.FakeAPI("vastai", KEY, offers=offers, provisioner=provisioner).start()
     allvars = fleet.inventory["all"]["vars"]
+    # the lab's SSH key, and none of its SSH options: the new boxes' host keys are unknown, as a real rent's are
     lab_needs = ["-e", json.dumps({"rent_api_url": fake.url, "preflight_sample_seconds": 1,
                                    "preflight_check_torch": False,
-                                   "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"],
-                                   "ansible_ssh_common_args": allvars["ansible_ssh_common_args"]})]
+                                   "ansible_ssh_private_key_file": allvars["ansible_ssh_private_key_file"]})]
     (tmp_path / "configs").mkdir()
     for name in ("a", "b"):
         (tmp_path / "configs" / ("%s.yaml" % name)).write_text("lr: 0.1\n")
@@ -248,7 +252,8 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
                 for host in image_boxes(fleet):
                     fleet.ssh(host, "command -v python >/dev/null || ln -s \"$(command -v python3)\" "
                                     "/usr/local/bin/python")
-            words = [arg.replace("$PWD", str(tmp_path)) for arg in argv[1:]]
+            words = [str(my_fleet) if arg == "~/my_fleet.yml" else arg.replace("$PWD", str(tmp_path))
+                     for arg in argv[1:]]
             argv = [os.path.join(VENV_BIN, "ansible-playbook")] + words + lab_needs
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
                                   stdin=subprocess.DEVNULL, check=False)
@@ -271,6 +276,18 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
         done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
     assert all('"exit_code": 0' in text for text in done.values()), done
     assert all(KEY not in out for out in outs)
+    # each kept box's host key was taken on its first contact into the rent's known_hosts, and the rented
+    # inventory's hosts check it there (the launch above ran with nothing else)
+    known = (tmp_path / "inventories" / "rented" / "sweep-a.known_hosts").read_text().splitlines()
+    rented = yaml.safe_load((tmp_path / "inventories" / "rented" / "sweep-a.yml").read_text())
+    hosts = rented["all"]["children"]["vastai"]["hosts"]
+    assert len(hosts) == 2, hosts
+    for host in hosts.values():
+        name = host["ansible_host"] if int(host["ansible_port"]) == 22 else "[%s]:%s" % (
+            host["ansible_host"], host["ansible_port"])
+        assert any(line.split()[0] == name for line in known), (name, known)
+        assert host["ansible_ssh_common_args"].endswith("-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes" % (
+            tmp_path / "inventories" / "rented" / "sweep-a.known_hosts")), host
 
 
 def test_lambda_rent_gives_back_the_throttled_instance_and_keeps_the_next(lab):

@@ -75,3 +75,40 @@ def test_the_verdict_is_the_probes_status_and_its_first_fail_finding():
     assert judge({"status": "PASS", "gpu_health": {"findings": []}}) == ("PASS", None)
     assert judge({"failed": True, "unreachable": True, "msg": "SSH failed"}) == ("FAIL", "probe_failed: SSH failed")
     assert judge(None)[1] == "probe_failed: the box did not answer"
+
+
+# ssh's own known_hosts lines (unhashed, as the first contact writes them with HashKnownHosts=no); the keys are the
+# lab's ed25519 host keys' shape, not secrets
+NEW_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn3bWq0lIqcEo2t9Ktw3R1gqNwQ8u3t4oZB4yQ8t0cN"
+OLD_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBd0WbS5z9mZ0J1v6KxV7cJ2eQyqPnSx0e8YqGm4tJ2a"
+OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ8c4kTq2yVt7m0Q1nWc3B4pXrE6dZs9aUoL5fGh2iK7"
+
+
+def test_a_kept_boxs_first_contact_key_replaces_an_older_key_for_its_address_and_keeps_the_others(tmp_path):
+    rent = tmp_path / "rented" / "sweep-a.known_hosts"
+    rent.parent.mkdir()
+    rent.write_text("[ssh5.vast.ai]:41022 %s\nssh4.vast.ai %s\n" % (OLD_KEY, OTHER_KEY))
+    first = tmp_path / "first"
+    # both of the box's two first contacts (probe and identity) may write the line
+    first.write_text("[ssh5.vast.ai]:41022 %s\n[ssh5.vast.ai]:41022 %s\n" % (NEW_KEY, NEW_KEY))
+    assert action.record_host_key(str(rent), str(first), "ssh5.vast.ai", 41022) == 1
+    lines = rent.read_text().splitlines()
+    assert lines == ["ssh4.vast.ai %s" % OTHER_KEY, "[ssh5.vast.ai]:41022 %s" % NEW_KEY], lines
+
+
+def test_port_22_is_named_bare_and_a_missing_rent_file_and_directory_are_made(tmp_path):
+    rent = tmp_path / "new" / "dir" / "r.known_hosts"
+    first = tmp_path / "first"
+    first.write_text("203.0.113.7 %s\n" % NEW_KEY)
+    assert action.record_host_key(str(rent), str(first), "203.0.113.7", 22) == 1
+    assert rent.read_text() == "203.0.113.7 %s\n" % NEW_KEY
+
+
+def test_no_key_from_the_first_contact_changes_nothing(tmp_path):
+    rent = tmp_path / "r.known_hosts"
+    rent.write_text("[h]:2 %s\n" % OLD_KEY)
+    first = tmp_path / "first"
+    first.write_text("[other]:2 %s\n" % NEW_KEY)  # another address's line is never taken for this box
+    assert action.record_host_key(str(rent), str(first), "h", 2) == 0
+    assert action.record_host_key(str(rent), str(tmp_path / "absent"), "h", 2) == 0
+    assert rent.read_text() == "[h]:2 %s\n" % OLD_KEY
