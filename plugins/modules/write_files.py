@@ -378,8 +378,8 @@ def run(params, check, diff, result):
 
 
 def changed(result):
-    return (bool(result["directories"]) or any(entry["state"] in ("written", "mode", "removed")
-                                              for entry in result["files"])
+    return (bool(result["directories"])
+            or any(entry["state"] in ("written", "mode", "removed") for entry in result["files"])
             or any(entry["state"] in ("created", "replaced") for entry in result.get("links", ())))
 
 
