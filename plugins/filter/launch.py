@@ -59,14 +59,18 @@ def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_di
         raise AnsibleFilterError("launch_onstart: %s" % exc)
 
 
-def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False):
+def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None):
     """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
     job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
-    is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok)."""
+    is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
+    ``name``: the job's name, said of a job that runs."""
     ids = [row["item"] for row in items or ()]
     if not ids:
         return "%s: no items" % host
     running = [job_ for job_ in (probe or {}).get("jobs") or () if job_.get("alive")]
+    if running and name:
+        return "%s: %s is running (pid %s): nothing pushed or changed (items %s)" % (
+            host, name, running[0].get("pid"), " ".join(ids))
     if running:
         return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
     if environment_only is True:

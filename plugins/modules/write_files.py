@@ -43,11 +43,13 @@ options:
         too.
       - Each directory this creates gets O(directory_mode), and so does each listed directory that already exists;
         an existing parent that is not listed is left as it is.
+      - An entry may also be a mapping with the keys C(path) and C(mode) (an octal string), for a directory whose
+        mode differs from O(directory_mode); the parents it creates get that mode too.
       - A listed path that exists and is not a directory fails the task, and so does one that is a symbolic link,
         even to a directory - the mode of a link's target, a directory nobody listed, is never changed. List the
         real directory instead.
     type: list
-    elements: path
+    elements: raw
     default: []
   directory_mode:
     description: The mode of the directories, as an octal string such as V('0700').
@@ -67,9 +69,14 @@ options:
         type: path
         required: true
       content:
-        description: The text of the file, written as UTF-8.
+        description: The text of the file, written as UTF-8. Required unless O(files[].state=absent).
         type: str
-        required: true
+      state:
+        description:
+          - V(absent) removes the file (or a link at its path) if it is there; a directory at the path fails the task.
+        type: str
+        choices: [present, absent]
+        default: present
       mode:
         description: The mode of the file, as an octal string such as V('0644').
         type: str
@@ -80,6 +87,28 @@ options:
             running, which must never be rewritten under it).
         type: bool
         default: true
+  links:
+    description:
+      - Symbolic links to make after the directories and the files, in order.
+      - A missing link is created; one that already points at O(links[].src) is left alone. A link that points
+        elsewhere is replaced only with O(links[].force=true), atomically; a file or directory at that path is never
+        replaced and fails the task.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The absolute path of the link. Its directory must exist, or be listed in O(directories).
+        type: path
+        required: true
+      src:
+        description: The absolute path the link points at (it need not exist).
+        type: path
+        required: true
+      force:
+        description: V(true) replaces a link that points elsewhere.
+        type: bool
+        default: false
 """
 
 EXAMPLES = r"""
@@ -95,6 +124,15 @@ EXAMPLES = r"""
       - path: /root/.trainer/jobs/train/queue.json
         content: "{{ record | to_json }}"
         mode: "0600"
+
+- name: A directory readable by others, and a link to it
+  remote_gpu.trainer.write_files:
+    directories:
+      - path: /root/autodl-tmp/runs/exp42/tb
+        mode: "0755"
+    links:
+      - path: /root/tf-logs/exp42
+        src: /root/autodl-tmp/runs/exp42/tb
 
 - name: Only the directories, private to the SSH user
   remote_gpu.trainer.write_files:
@@ -126,6 +164,13 @@ files:
   elements: dict
   returned: always
   sample: [{"path": "/root/.trainer/jobs/train/queue.json", "state": "written"}]
+links:
+  description:
+    - Each link of O(links), in order, with C(state) V(created), V(replaced) (it pointed elsewhere) or V(unchanged).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"path": "/root/tf-logs/exp42", "state": "created"}]
 msg:
   description: What was done, in counts; on failure, what went wrong and what to do.
   type: str
@@ -213,11 +258,21 @@ def write_file(spec, check, diffs):
     """Write one file of ``files`` -> its state."""
     path = absolute(spec["path"], "files[].path")
     mode = octal_mode(spec["mode"], "the mode of %s" % path)
-    data = spec["content"].encode("utf-8")
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         info = None
+    if spec.get("state") == "absent":
+        if info is None:
+            return "absent"
+        if stat.S_ISDIR(info.st_mode):
+            raise WriteError("%s is a directory, not a file to remove: move it away, or remove it by hand" % path)
+        if not check:
+            os.unlink(path)
+        return "removed"
+    if spec["content"] is None:
+        raise WriteError("files[].content is required to write %s (or set its state to absent)" % path)
+    data = spec["content"].encode("utf-8")
     if info is not None and not spec["force"]:
         return "kept"
     if info is not None and stat.S_ISDIR(info.st_mode):
@@ -245,6 +300,50 @@ def write_file(spec, check, diffs):
     return "written"
 
 
+def directory_entry(entry, default_mode):
+    """An entry of ``directories`` (a path, or a mapping with path and mode) -> (absolute path, mode)."""
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - {"path", "mode"})
+        if unknown or "path" not in entry:
+            raise WriteError("an entry of directories is a path, or a mapping with the keys path and mode; got the keys "
+                             "%s" % ", ".join(sorted(entry)))
+        path = absolute(os.path.expanduser(str(entry["path"] or "")), "directories[].path")
+        return path, (octal_mode(entry["mode"], "the mode of %s" % path) if "mode" in entry else default_mode)
+    if not isinstance(entry, str):
+        raise WriteError("an entry of directories is a path, or a mapping with the keys path and mode; got %r" % (entry,))
+    return absolute(os.path.expanduser(os.path.expandvars(entry)), "directories[]"), default_mode
+
+
+def make_link(spec, check, planned):
+    """Make the symbolic link of one entry of ``links`` -> its state."""
+    path = absolute(spec["path"], "links[].path")
+    src = absolute(spec["src"], "the src of the link %s" % path)
+    if os.path.islink(path):
+        target = os.readlink(path)
+        if os.path.normpath(os.path.join(os.path.dirname(path), target)) == src:
+            return "unchanged"
+        if not spec["force"]:
+            raise WriteError("%s is a link to %s, not to %s: set force to replace it, or choose another path"
+                             % (path, target, src))
+        state = "replaced"
+    elif os.path.lexists(path):
+        raise WriteError("%s exists and is not a link; it is never replaced: move it away, or choose another path"
+                         % path)
+    else:
+        state = "created"
+        if not os.path.isdir(os.path.dirname(path)) and not (check and os.path.dirname(path) in planned):
+            raise WriteError("the directory of the link %s does not exist: list it under directories" % path)
+    if not check:
+        staged = "%s.%d.tmp" % (path, os.getpid())
+        os.symlink(src, staged)
+        try:
+            os.rename(staged, path)  # atomic: a reader sees the old link or the new one
+        except OSError:
+            os.unlink(staged)
+            raise
+    return state
+
+
 def summary(directories, files):
     counts = {}
     for entry in files:
@@ -254,7 +353,10 @@ def summary(directories, files):
         number = sum(1 for entry in directories if entry["state"] == state)
         if number:
             parts.append("%d director%s %s" % (number, "y" if number == 1 else "ies", verb))
-    parts += ["%d %s" % (counts[state], state) for state in ("written", "mode", "unchanged", "kept") if state in counts]
+    parts += ["%d %s" % (counts[state], state) for state in ("written", "mode", "unchanged", "kept", "removed")
+              if state in counts]
+    parts += ["%d link%s %s" % (counts[state], "" if counts[state] == 1 else "s", state)
+              for state in ("created", "replaced") if state in counts]
     return ", ".join(parts) or "nothing to do"
 
 
@@ -263,29 +365,40 @@ def run(params, check, diff, result):
     directory_mode = octal_mode(params["directory_mode"], "directory_mode")
     diffs = [] if diff else None
     planned = set()
-    for directory in params["directories"]:
-        make_directory(absolute(directory, "directories[]"), directory_mode, check, result["directories"], planned)
+    for entry in params["directories"]:
+        path, entry_mode = directory_entry(entry, directory_mode)
+        make_directory(path, entry_mode, check, result["directories"], planned)
     for spec in params["files"]:
         result["files"].append({"path": spec["path"], "state": write_file(spec, check, diffs)})
-    result["msg"] = summary(result["directories"], result["files"])
+    for spec in params["links"]:
+        result["links"].append({"path": spec["path"], "state": make_link(spec, check, planned)})
+    result["msg"] = summary(result["directories"], result["files"] + result["links"])
     if diff:
         result["diff"] = diffs
 
 
 def changed(result):
-    return bool(result["directories"]) or any(entry["state"] in ("written", "mode") for entry in result["files"])
+    return (bool(result["directories"])
+            or any(entry["state"] in ("written", "mode", "removed") for entry in result["files"])
+            or any(entry["state"] in ("created", "replaced") for entry in result.get("links", ())))
 
 
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            directories=dict(type="list", elements="path", default=[]),
+            directories=dict(type="list", elements="raw", default=[]),
             directory_mode=dict(type="str", default="0700"),
             files=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True),
-                content=dict(type="str", required=True),
+                content=dict(type="str"),
+                state=dict(type="str", choices=["present", "absent"], default="present"),
                 mode=dict(type="str", default="0644"),
                 force=dict(type="bool", default=True),
+            )),
+            links=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                src=dict(type="path", required=True),
+                force=dict(type="bool", default=False),
             )),
         ),
         supports_check_mode=True,
@@ -294,7 +407,7 @@ def build_module():
 
 def main():
     module = build_module()
-    result = {"directories": [], "files": []}
+    result = {"directories": [], "files": [], "links": []}
     try:
         run(module.params, module.check_mode, module._diff, result)
     except WriteError as exc:

@@ -78,6 +78,12 @@ def recap(proc):
             for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", proc.stdout[proc.stdout.index("PLAY RECAP"):], re.M)}
 
 
+def tasks_run(proc):
+    """Tasks per host, from the recap: every result counts (ok, which includes changed, failed and skipped: a skipped
+    task still forks a worker per host)."""
+    return {host: counts["ok"] + counts["failed"] + counts["skipped"] for host, counts in recap(proc).items()}
+
+
 def read_json(fleet, host, path):
     out = fleet.ssh(host, "cat %s 2>/dev/null || true" % path).stdout
     return json.loads(out) if out.strip() else None
@@ -103,10 +109,15 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     ssh = SshCounter(tmp_path)
     proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1},
                   env=ssh.env)
-    # A fresh launch: 16 SSH executions per host, the push's rsync and hf_mirror's trainer-download included (60
-    # when the directories, the job environment, the scripts and queue.json were written with ansible.builtin.file,
-    # template and copy: write_files does each group in one). The count does not depend on the machine's noise.
-    assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 16)
+    # A fresh launch: 10 SSH executions per host, the push's rsync included (60 when the directories, the job
+    # environment, the scripts and queue.json were written with ansible.builtin.file, template and copy; 16 when the
+    # environment roles still wrote their own files: launch gathers their fragments, trainer-download, HF_HOME and the
+    # TensorBoard link into its one write_files run). The count does not depend on the machine's noise.
+    # At most 30 tasks per host (72 before the environment roles' work was gathered into launch's one write_files run
+    # and tasks with nothing to do stopped being included), the profile play's included.
+    fresh = tasks_run(proc)
+    assert all(fresh[host] <= 30 for host in HOSTS), fresh
+    assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 10)
     # What a person reads, under the shipped ansible.cfg (remote_gpu.trainer.quiet, skipped and ok results hidden but
     # the messages of the reports): the assignment table, what changed, one line per host and the recap; not each
     # role task (433 lines for 3 hosts before), no empty headers.
@@ -172,6 +183,10 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     proc = launch(fleet, src, extra={"launch_queue": QUEUE, "launch_sampler": True, "launch_sampler_interval": 1})
     counts = recap(proc)
     assert counts["lab-02"]["changed"] == 0 and counts["lab-03"]["changed"] == 0, proc.stdout[-3000:]
+    # fewer tasks where nothing is left to start (lab-01 starts its failed item again)
+    again = tasks_run(proc)
+    assert again["lab-02"] < fresh["lab-02"] and again["lab-03"] < fresh["lab-03"], (fresh, again)
+    assert again["lab-01"] <= fresh["lab-01"], (fresh, again)
     assert counts["lab-01"]["changed"] == 1
     wait_finished(fleet, "lab-01", "train")
     lines = [line for line in runs(fleet, "lab-01") if line]
@@ -193,6 +208,8 @@ def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(f
     proc = launch(fleet, src, "-l", "lab-03", extra=extra)
     assert recap(proc)["lab-03"]["changed"] == 0
     assert "resume is running" in proc.stdout
+    # a relaunch while the job runs: job_status alone on the box, and no task of the push and start exists
+    assert tasks_run(proc)["lab-03"] <= 10, tasks_run(proc)
     assert fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout \
         == before
 

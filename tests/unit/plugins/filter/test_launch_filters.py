@@ -92,3 +92,8 @@ def test_launch_onstart_filter_resumes_the_started_wrapper():
     with pytest.raises(AnsibleFilterError, match="names no wrapper"):
         FILTERS["launch_onstart"](ITEMS, job={"skipped": True}, name="train", job_dir="/j", python="/py",
                                   lib_dir="/lib")
+
+
+def test_the_report_of_a_running_job_names_it_when_told_its_name():
+    line = FilterModule().filters()["launch_report"]([{"item": "000"}], "lab-03", probe={"jobs": [{"alive": True, "pid": 7}]}, name="resume")
+    assert line == "lab-03: resume is running (pid 7): nothing pushed or changed (items 000)"

@@ -213,7 +213,8 @@ def test_launch_ships_every_module_util_its_helpers_import():
     repo = pathlib.Path(__file__).resolve().parents[4]
     role = repo / "roles" / "launch"
     shipped = yaml.safe_load((role / "vars" / "main.yml").read_text())["_launch_lib_files"]
-    tasks = yaml.safe_load((role / "tasks" / "main.yml").read_text())
+    # every tasks file of the role (main.yml includes prepare.yml, where the push is)
+    tasks = [task for path in sorted((role / "tasks").glob("*.yml")) for task in yaml.safe_load(path.read_text()) or []]
     pushes = [task for block in tasks for task in block.get("block", [block]) if "remote_gpu.trainer.push_code" in task]
     assert pushes and pushes[0]["remote_gpu.trainer.push_code"]["lib_files"] == "{{ _launch_lib_files }}"
     assert "launch.py" in shipped and len(set(shipped)) == len(shipped)

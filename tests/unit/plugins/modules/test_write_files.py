@@ -201,3 +201,72 @@ def test_diff_mode_shows_the_old_and_the_new_text(module_runner, tmp_path):
                                "after": "export A=2\n"}]
     failed, result = module_runner(write_files, args)
     assert result["diff"] == [] and result["changed"] is False
+
+
+def test_a_directory_entry_with_its_own_mode_and_a_link_to_it(module_runner, tmp_path):
+    """What launch writes for the environment roles in one run: a 0755 directory among 0700 ones, and a link."""
+    runs, pinned = tmp_path / "runs" / "tb", tmp_path / "tf-logs"
+    args = {"directories": [str(tmp_path / "private"), {"path": str(runs), "mode": "0755"},
+                            {"path": str(pinned), "mode": "0755"}],
+            "links": [{"path": str(pinned / "exp"), "src": str(runs)}]}
+    failed, planned = module_runner(write_files, dict(args, _ansible_check_mode=True))
+    assert not failed, planned["msg"]
+    assert planned["changed"] and planned["links"] == [{"path": str(pinned / "exp"), "state": "created"}]
+    assert not os.path.lexists(str(pinned))
+    failed, result = module_runner(write_files, args)
+    assert not failed, result["msg"]
+    assert (mode(tmp_path / "private"), mode(tmp_path / "runs"), mode(runs), mode(pinned)) == (0o700, 0o755, 0o755, 0o755)
+    assert os.readlink(str(pinned / "exp")) == str(runs) and result["msg"].endswith("1 link created")
+    failed, again = module_runner(write_files, args)
+    assert not failed and again["changed"] is False and again["links"][0]["state"] == "unchanged"
+
+
+def test_a_link_elsewhere_is_replaced_only_with_force_and_a_real_file_never(module_runner, tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    os.symlink(str(tmp_path / "old"), str(tmp_path / "run"))
+    (tmp_path / "real").write_text("keep\n")
+    link = {"path": str(tmp_path / "run"), "src": str(tmp_path / "new")}
+    failed, result = module_runner(write_files, {"links": [link]})
+    assert failed and "is a link to %s, not to %s" % (tmp_path / "old", tmp_path / "new") in result["msg"]
+    assert os.readlink(str(tmp_path / "run")) == str(tmp_path / "old")
+    failed, result = module_runner(write_files, {"links": [dict(link, force=True)]})
+    assert not failed and result["links"][0]["state"] == "replaced" and result["changed"]
+    assert os.readlink(str(tmp_path / "run")) == str(tmp_path / "new") and leftovers(tmp_path) == []
+    failed, result = module_runner(write_files, {"links": [{"path": str(tmp_path / "real"), "src": str(tmp_path / "new"),
+                                                            "force": True}]})
+    assert failed and "exists and is not a link; it is never replaced" in result["msg"]
+    assert (tmp_path / "real").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"path": "/tmp/x", "mode": "755"}, None),
+    ({"path": "/tmp/x", "owner": "root"}, "a mapping with the keys path and mode"),
+    ({"path": "relative/x"}, "must be an absolute path"),
+    ({"path": "/tmp/x", "mode": "0999"}, "must be an octal string"),
+    (7, "an entry of directories is a path"),
+])
+def test_bad_directory_entries_are_refused_with_what_to_write(module_runner, tmp_path, entry, message):
+    if message is None:
+        entry = dict(entry, path=str(tmp_path / "x"))
+    failed, result = module_runner(write_files, {"directories": [entry]})
+    if message is None:
+        assert not failed and mode(tmp_path / "x") == 0o755
+    else:
+        assert failed and message in result["msg"] and "Traceback" not in result["msg"]
+
+
+def test_state_absent_removes_a_file_or_link_and_a_missing_one_is_no_change(module_runner, tmp_path):
+    (tmp_path / "frag.sh").write_text("export A=1\n")
+    os.symlink(str(tmp_path / "nowhere"), str(tmp_path / "link"))
+    args = {"files": [{"path": str(tmp_path / "frag.sh"), "state": "absent"},
+                      {"path": str(tmp_path / "link"), "state": "absent"}]}
+    failed, planned = module_runner(write_files, dict(args, _ansible_check_mode=True))
+    assert not failed and planned["changed"] and (tmp_path / "frag.sh").exists()
+    failed, result = module_runner(write_files, args)
+    assert not failed and [f["state"] for f in result["files"]] == ["removed", "removed"] and result["changed"]
+    assert not os.path.lexists(str(tmp_path / "frag.sh")) and not os.path.lexists(str(tmp_path / "link"))
+    failed, again = module_runner(write_files, args)
+    assert not failed and again["changed"] is False and [f["state"] for f in again["files"]] == ["absent", "absent"]
+    failed, result = module_runner(write_files, {"files": [{"path": str(tmp_path / "x")}]})
+    assert failed and "files[].content is required" in result["msg"]
