@@ -97,10 +97,11 @@ def job_env_lines(env_prefix="", conda_activate=False, threads=None):
 
 def run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
                   lib_dir, env_prefix="", conda_activate=False, threads=None, tensorboard_dir="", protocol_dir="",
-                  wandb_dir=""):
+                  wandb_dir="", adopt=False):
     """The run wrapper: ``run-item-<sha>.sh ITEM_ID ARGUMENT`` runs one queue item, then the finish step (which
     also syncs the run's record: ``tensorboard_dir``, ``protocol_dir`` and the item's ``$WANDB_DIR``,
-    ``<wandb_dir>/<item>``, when set)."""
+    ``<wandb_dir>/<item>``, when set). With ``adopt`` (a replacement box's relaunch), an item whose verified copy an
+    earlier box left on the durable tier is taken as done instead of run."""
     lines = [
         "#!/usr/bin/env bash",
         "# Run wrapper of job %s, written by the remote_gpu.trainer launch role. Never edited in place: a changed"
@@ -133,10 +134,12 @@ def run_item_text(name, host, command, dest, output_root, durable_root, run_id, 
         "# An item that trained but failed to sync retries only its sync (launch resync), never its command.",
         'PYTHONPATH="$LIB" "$PY" -m %s resync "$STATUS" && exit 0' % LAUNCH_CLI,
         'grep -qs \'"state": "sync_failed"\' "$STATUS" && exit 1',
+    ] + ([
         "# An item done on an earlier box whose verified copy is on this durable tier (a replacement) is not run again.",
         'if [ -n "$DURABLE" ]; then',
         '    PYTHONPATH="$LIB" "$PY" -m %s adopt "$STATUS" "$DURABLE/$ID" && exit 0' % LAUNCH_CLI,
         "fi",
+    ] if adopt else []) + [
         'mkdir -p "$ITEM_DIR" "$OUT" || { echo "==== trainer: item $ID cannot create $ITEM_DIR or $OUT ===="; '
         'exit 1; }',
         'rm -f "$STATUS"',
@@ -306,7 +309,7 @@ def queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampl
 
 def scripts(items, name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir, python,
             lib_dir, sampler=False, sampler_interval=5, env_prefix="", conda_activate=False, threads=None, gate=None,
-            tensorboard_dir="", protocol_dir="", wandb_dir=""):
+            tensorboard_dir="", protocol_dir="", wandb_dir="", adopt=False):
     """Both scripts of one host -> [{kind, path, text}] (run-item first); the queue names the run wrapper
     by its versioned path."""
     if conda_activate and not env_prefix:
@@ -315,7 +318,7 @@ def scripts(items, name, host, command, dest, output_root, durable_root, run_id,
         raise ValueError("env_prefix %r must be an absolute path" % env_prefix)
     run_item = run_item_text(name, host, command, dest, output_root, durable_root, run_id, best, scratch, job_dir,
                              python, lib_dir, env_prefix, conda_activate, threads, tensorboard_dir, protocol_dir,
-                             wandb_dir)
+                             wandb_dir, adopt)
     run_item_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("run-item", run_item))
     queue = queue_text(name, host, items, run_item_path, job_dir, python, lib_dir, sampler, sampler_interval, gate)
     queue_path = "%s/%s" % (job_dir.rstrip("/"), versioned_name("queue", queue))

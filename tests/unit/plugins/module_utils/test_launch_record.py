@@ -157,10 +157,16 @@ def test_an_item_done_with_a_verified_durable_copy_is_adopted_on_another_box_not
     # the run wrapper asks first: adopted, it exits 0 without running the command
     text = launch_scripts.run_item_text(name="train", host="h2", command="bash train.sh", dest="/c",
                                         output_root="/o", durable_root="/fs", run_id="r", best=["best*"],
-                                        scratch=[], job_dir="/j", python="python3", lib_dir="/l")
+                                        scratch=[], job_dir="/j", python="python3", lib_dir="/l", adopt=True)
     adopt = text.index(' adopt "$STATUS" "$DURABLE/$ID" && exit 0')
     assert adopt < text.index('rm -f "$STATUS"') < text.index('exec bash -c "$COMMAND $ARG"')
     assert 'export TRAINER_DURABLE_DIR="$DURABLE/$ID"' in text
+    # only a replacement's relaunch adopts (launch_adopt_durable): a plain launch on a box that shares the durable
+    # tier with another (two AutoDL boxes of one region) runs the item it was given
+    plain = launch_scripts.run_item_text(name="train", host="h2", command="bash train.sh", dest="/c",
+                                         output_root="/o", durable_root="/fs", run_id="r", best=["best*"],
+                                         scratch=[], job_dir="/j", python="python3", lib_dir="/l")
+    assert " adopt " not in plain and 'export TRAINER_DURABLE_DIR="$DURABLE/$ID"' in plain
 
 
 @pytest.mark.parametrize("spoil", ["changed copy", "missing copy", "other dest", "planted record", "failed record",
