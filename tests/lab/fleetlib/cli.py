@@ -39,6 +39,18 @@ def _say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _mount_region(state, record, inst, size, inodes):
+    """The durable tmpfs of ``inst``'s (platform, region), once per fleet, in the host mount namespace (its instances
+    bind it); recorded before it is mounted."""
+    path = instance.region_path(state, inst)
+    if path not in record["mounts"]:
+        os.makedirs(path, exist_ok=True)
+        record["mounts"].append(path)
+        st.save(state, record)
+        st.mount("tmpfs", path, "tmpfs", 2 | 4,   # nosuid, nodev
+                 f"size={size},nr_inodes={inodes},mode=1777")
+
+
 def cmd_up(args) -> int:
     if not is_root():
         print(USAGE_ROOT.format(cmd="up"), file=sys.stderr)
@@ -123,13 +135,7 @@ def _up(state: str, record: dict, insts: list, args) -> str:
     # One durable tmpfs per (platform, region), in the host mount namespace, bound into its instances.
     for inst in insts:
         if inst["durable_dir"]:
-            path = instance.region_path(state, inst)
-            if path not in record["mounts"]:
-                os.makedirs(path, exist_ok=True)
-                record["mounts"].append(path)
-                st.save(state, record)
-                st.mount("tmpfs", path, "tmpfs", 2 | 4,   # nosuid, nodev
-                         f"size={args.durable_size},nr_inodes={args.durable_inodes},mode=1777")
+            _mount_region(state, record, inst, args.durable_size, args.durable_inodes)
 
     # Host keys, in parallel.
     jobs = []
@@ -232,14 +238,8 @@ def cmd_add(args) -> int:
               "supports runpod, vastai, lambda and generic_ssh", file=sys.stderr)
         return 2
     if inst["durable_dir"]:  # Lambda: the region's filesystem, as `fleet up` mounts it (shared by its instances)
-        path = instance.region_path(state, inst)
-        if path not in record["mounts"]:
-            os.makedirs(path, exist_ok=True)
-            record["mounts"].append(path)
-            st.save(state, record)
-            st.mount("tmpfs", path, "tmpfs", 2 | 4,   # nosuid, nodev
-                     f"size={os.environ.get('LAB_DURABLE_SIZE', '256m')},"
-                     f"nr_inodes={os.environ.get('LAB_DURABLE_INODES', '5000')},mode=1777")
+        _mount_region(state, record, inst, os.environ.get("LAB_DURABLE_SIZE", "256m"),
+                      os.environ.get("LAB_DURABLE_INODES", "5000"))
     key = instance.client_key(state)
     with open(key + ".pub") as fh:
         client_pub = fh.read()
