@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from unittest.mock import MagicMock
 
+from ansible.errors import AnsibleUndefinedVariable
+
 
 def make_connection(transport="local", options=None):
     connection = MagicMock()
@@ -36,3 +38,31 @@ def run_action(action_class, args, host="box1", check_mode=False, connection=Non
     variables.update(task_vars or {})
     action = make_action(action_class, args, check_mode=check_mode, connection=connection)
     return action.run(task_vars=variables)
+
+
+# A variable that does not resolve, as a host's raw variable holds it
+UNDEFINED = "{{ nosuchvar }}"
+
+
+class FakeHostVars:
+    """hostvars.raw_get as Ansible's HostVars answers it: the host's variables, or a non-mapping for an unknown host."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.asked = []
+
+    def raw_get(self, host):
+        self.asked.append(host)
+        return self.hosts.get(host, "undefined")
+
+
+def templar():
+    """A templar whose template() returns the value, and raises for UNDEFINED, as an undefined variable does."""
+    def template(value):
+        if value == UNDEFINED:
+            raise AnsibleUndefinedVariable("'nosuchvar' is undefined")
+        return value
+    engine = MagicMock()
+    engine.copy_with_new_env.return_value.template.side_effect = template
+    engine.template.side_effect = template
+    return engine

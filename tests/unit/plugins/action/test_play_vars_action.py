@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import pathlib
 import re
-from unittest.mock import MagicMock
 
 import pytest
 import yaml
 
-from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
+from ansible.errors import AnsibleActionFail
 
 from ansible_collections.remote_gpu.trainer.plugins.action import play_vars as action
 from ansible_collections.remote_gpu.trainer.plugins.action.autopilot_decide import SETTINGS
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import autopilot
 
-from controller_actions import make_action
+from controller_actions import UNDEFINED, FakeHostVars, make_action, templar
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
-UNDEFINED = "{{ nosuchvar }}"
 # each playbook and the roles that type its variables
 PLAYBOOKS = {"patrol": ["patrol"], "preflight": ["preflight"], "autopilot": ["autopilot", "patrol"],
              "teardown": ["teardown"], "rent": ["rent"]}
@@ -130,25 +128,6 @@ def test_every_name_the_docs_and_plugins_use_is_known(specs):
     unknown -= {"patrol_row", "preflight_row", "autopilot_events", "preflight_storage", "preflight_gpu",
                 "preflight_env", "patrol_disk_warn_pc", "rent_records"}
     assert unknown == set()
-
-
-class FakeHostVars:
-    def __init__(self, hosts):
-        self.hosts = hosts
-
-    def raw_get(self, host):
-        return self.hosts.get(host, "undefined")
-
-
-def templar():
-    def template(value):
-        if value == UNDEFINED:
-            raise AnsibleUndefinedVariable("'nosuchvar' is undefined")
-        return value
-    engine = MagicMock()
-    engine.copy_with_new_env.return_value.template.side_effect = template
-    engine.template.side_effect = template
-    return engine
 
 
 def run(hosts, roles=("patrol",), play_vars=None):

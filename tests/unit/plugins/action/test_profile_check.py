@@ -4,49 +4,24 @@ checks each distinct profile once against the role's argument_specs.yml and repo
 from __future__ import annotations
 
 import pathlib
-from unittest.mock import MagicMock
 
 import pytest
 import yaml
 
-from ansible.errors import AnsibleActionFail, AnsibleUndefinedVariable
+from ansible.errors import AnsibleActionFail
 
 from ansible_collections.remote_gpu.trainer.plugins.action import profile_check as action
 from ansible_collections.remote_gpu.trainer.plugins.action.profile_check import ActionModule
 
-from controller_actions import make_action
+from controller_actions import UNDEFINED, FakeHostVars, make_action, templar
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
-UNDEFINED = "{{ nosuchvar }}"
 
 
 def profile(name="autodl", **kw):
     data = yaml.safe_load((REPO / "group_vars" / ("%s.yml" % name)).read_text())
     data.update(kw)
     return data
-
-
-class FakeHostVars:
-    """hostvars.raw_get as Ansible's HostVars answers it: the host's variables, or a non-mapping for an unknown host."""
-
-    def __init__(self, hosts):
-        self.hosts = hosts
-        self.asked = []
-
-    def raw_get(self, host):
-        self.asked.append(host)
-        return self.hosts.get(host, "undefined")
-
-
-def templar():
-    """A templar whose template() returns the value, and raises for UNDEFINED, as an undefined variable does."""
-    def template(value):
-        if value == UNDEFINED:
-            raise AnsibleUndefinedVariable("'nosuchvar' is undefined")
-        return value
-    engine = MagicMock()
-    engine.copy_with_new_env.return_value.template.side_effect = template
-    return engine
 
 
 def run(hosts, args=None, batch=None):
