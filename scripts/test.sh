@@ -131,12 +131,12 @@ CORE_UNIT_TESTS=(tests/unit tests/hostile tests/playbooks/test_direct_run_local.
 CORE_SMOKE_TESTS=(tests/lab/tests/test_cores_smoke_lab.py)
 
 run_core_units() {
-  stage "pytest on $(ansible --version | head -1) (${CORE_UNIT_TESTS[*]})"
+  stage "pytest on $(ansible --version 2>/dev/null | sed -n 1p) (${CORE_UNIT_TESTS[*]})"
   pytest_stage "${CORE_UNIT_TESTS[@]}"
 }
 
 run_core_smoke() {
-  stage "pytest on $(ansible --version | head -1) (${CORE_SMOKE_TESTS[*]})"
+  stage "pytest on $(ansible --version 2>/dev/null | sed -n 1p) (${CORE_SMOKE_TESTS[*]})"
   pytest_stage "${CORE_SMOKE_TESTS[@]}"
 }
 

@@ -249,8 +249,8 @@ def test_a_job_that_ignores_sigterm_gets_sigkill(module_runner, run_dir):
                            detach="nohup")
     assert not failed
     assert wait_for(lambda: "ready" in (run_dir / "stubborn" / "job.log").read_text())
-    group = procfs.group_members(result["pid"], procfs.all_stats())
-    assert len(group) >= 3  # wrapper, bash -c, sleep
+    # wrapper, bash -c, sleep: the sleep is forked after "ready" is written, so wait for it too (a loaded machine)
+    assert wait_for(lambda: len(procfs.group_members(result["pid"], procfs.all_stats())) >= 3)
     failed, stopped = module_runner(detached_job, {"name": "stubborn", "run_dir": str(run_dir), "state": "stopped",
                                                    "stop_timeout": 1})
     assert not failed and stopped["changed"] and stopped["running"] is False
