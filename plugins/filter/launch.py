@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The launch role's filters: the assignment table, the generated scripts, the queue record, the onstart hook's
-block, and the per-host report line.
+block, whether a host's items were all done before, and the per-host report line.
 
-Documented in queue_table.yml, launch_scripts.yml, launch_record.yml, launch_onstart.yml and launch_report.yml;
+Documented in queue_table.yml, launch_scripts.yml, launch_record.yml, launch_onstart.yml, launch_done.yml and
+launch_report.yml;
 the work is done by module_utils/launch.py and plugin_utils/launch_scripts.py, which are unit-tested.
 """
 
@@ -16,6 +17,7 @@ import json
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 
@@ -59,11 +61,31 @@ def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_di
         raise AnsibleFilterError("launch_onstart: %s" % exc)
 
 
-def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None):
+def launch_done(items, probe=None, run_id=None):
+    """Whether this host has nothing left to run: job_status (``probe``, its registered result) found the job not
+    running, and its queue record (``queue.json``) of the run ``run_id`` lists every one of ``items`` as finished
+    with exit code 0 (the queue runner's own test of a done item). False when anything is unknown or different: a
+    probe that was skipped, another run, another share of the queue, an item that failed or never ran."""
+    ids = [row["item"] for row in items or ()]
+    jobs = (probe or {}).get("jobs") or ()
+    if not ids or len(jobs) != 1 or not isinstance(jobs[0], dict):
+        return False
+    job = jobs[0]
+    if job.get("alive") is not False or run_id is None or job.get("run_id") != run_id:
+        return False
+    if job.get("items_source") != "launch" or job.get("queue_items") != ids:
+        return False
+    done = {row.get("item") for row in job.get("items") or () if isinstance(row, dict) and is_done(row)}
+    return all(item in done for item in ids)
+
+
+def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None,
+                  run_id=None):
     """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
     job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
     is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
-    ``name``: the job's name, said of a job that runs."""
+    ``name``: the job's name, said of a job that runs; ``run_id``: the run, said of a host whose items of that run
+    were all done before this launch (launch_done), where nothing was pushed or changed."""
     ids = [row["item"] for row in items or ()]
     if not ids:
         return "%s: no items" % host
@@ -73,6 +95,9 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
             host, name, running[0].get("pid"), " ".join(ids))
     if running:
         return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
+    if launch_done(items, probe, run_id):
+        return ("%s: all %d item(s) of run %s were done: nothing pushed or changed (items %s; a new launch_name "
+                "runs the queue again)" % (host, len(ids), run_id, " ".join(ids)))
     if environment_only is True:
         return ("%s: no GPU: environment-only mode: the environment is applied, the queue is not started (items %s; "
                 "launch_no_gpu_ok=true runs launch_command without a GPU)" % (host, " ".join(ids)))
@@ -96,5 +121,5 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
 class FilterModule(object):
     def filters(self):
         return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_onstart": launch_onstart,
-                "launch_record": launch_record,
+                "launch_record": launch_record, "launch_done": launch_done,
                 "launch_report": launch_report}

@@ -228,3 +228,15 @@ def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(f
     log = fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.log").stdout
     assert log.count("==== trainer: started ") == 2
     assert "==== trainer: item 000 already done, skipped ====" in log
+
+    # Relaunch once every item is done: nothing is pushed, written or started either (the one probe), and the report
+    # says why and how to run the queue again.
+    before = fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout
+    proc = launch(fleet, src, "-l", "lab-03", extra=extra)
+    assert recap(proc)["lab-03"]["changed"] == 0
+    assert ("lab-03: all 3 item(s) of run resume were done: nothing pushed or changed (items 000 001 002; a new "
+            "launch_name runs the queue again)") in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert tasks_run(proc)["lab-03"] <= 10, tasks_run(proc)
+    assert fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout \
+        == before
+    assert fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.log").stdout.count("==== trainer: started ") == 2

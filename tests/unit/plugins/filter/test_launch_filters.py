@@ -97,3 +97,39 @@ def test_launch_onstart_filter_resumes_the_started_wrapper():
 def test_the_report_of_a_running_job_names_it_when_told_its_name():
     line = FilterModule().filters()["launch_report"]([{"item": "000"}], "lab-03", probe={"jobs": [{"alive": True, "pid": 7}]}, name="resume")
     assert line == "lab-03: resume is running (pid 7): nothing pushed or changed (items 000)"
+
+
+def probe_of(alive=False, run_id="r1", source="launch", ids=("000", "002"), codes=(0, 0)):
+    """A job_status result of the shape the module returns (module_utils/job_status.py's job entry)."""
+    return {"jobs": [{"alive": alive, "pid": None, "run_id": run_id, "items_source": source,
+                      "queue_items": list(ids), "items": [{"item": item, "exit_code": code}
+                                                          for item, code in zip(ids, codes)]}]}
+
+
+@pytest.mark.parametrize("probe, run_id, done", [
+    (probe_of(), "r1", True),
+    (probe_of(alive=True), "r1", False),             # a job that runs is the running case, not this one
+    (probe_of(alive=None), "r1", False),             # unknown is not "not running"
+    (probe_of(run_id="r0"), "r1", False),            # another run's record
+    (probe_of(), None, False),
+    (probe_of(source="queue_length"), "r1", False),  # no queue record of launch's
+    (probe_of(ids=("000",), codes=(0,)), "r1", False),           # another share of the queue
+    (probe_of(codes=(0, 1)), "r1", False),           # an item that failed is run again
+    (probe_of(codes=(0, True)), "r1", False),        # a bool is no exit code (the queue runner's own test)
+    (probe_of(codes=(0, None)), "r1", False),
+    ({"jobs": [{"alive": False, "run_id": "r1", "items_source": "launch", "queue_items": ["000", "002"],
+                "items": [{"item": "000", "exit_code": 0}]}]}, "r1", False),   # 002 never ran
+    ({"skipped": True}, "r1", False),
+    (None, "r1", False),
+])
+def test_launch_done_only_when_the_probe_shows_this_runs_share_all_done(probe, run_id, done):
+    assert FILTERS["launch_done"](ITEMS, probe, run_id) is done
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe, run_id=run_id, name="train")
+    assert ("nothing pushed or changed (items 000 002; a new launch_name runs the queue again)" in line) is done
+
+
+def test_launch_done_report_names_the_run():
+    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), run_id="r1") == (
+        "lab-01: all 2 item(s) of run r1 were done: nothing pushed or changed (items 000 002; a new launch_name "
+        "runs the queue again)")
+    assert FILTERS["launch_done"]([], probe_of(), "r1") is False
