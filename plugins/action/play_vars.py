@@ -72,15 +72,17 @@ class ActionModule(DocumentedAction):
         specs, other = role_specs(args["roles"])
         check = play_vars.PlayCheck(specs, other)
         fleet = HostVariables(task_vars.get("hostvars"), self._templar)
-        values = {}
+        values, present = {}, {}
         for host in hosts:
             view = fleet.get(host)
             if view is not None:
                 values[host] = self.host_values(view, check)
+                present[host] = set(view.variables)
         # the play's own variables (vars:, vars_files, an import_playbook's vars) are in no host's variables: the
         # names are checked, and the values as this host sees them (the roles' defaults are among them)
         names = [name for name in task_vars if name.startswith(check.prefixes)]
         here = task_vars.get("inventory_hostname")
+        play_names = set(names) - present.get(here, set())
         if here in values:
             for name in names:
                 if name in check.options:
@@ -88,7 +90,7 @@ class ActionModule(DocumentedAction):
                         values[here][name] = self._templar.template(task_vars[name])
                     except AnsibleError:
                         continue  # it needs what only a later task has: left to the play
-        problems = check.problems(values, names=names)
+        problems = check.missing(present, play_names) + check.problems(values, names=names)
         result.update(changed=False, problems=problems, hosts_checked=len(values))
         if problems:
             result.update(failed=True, msg="The variables of this playbook have %d problem(s); fix them and run it "

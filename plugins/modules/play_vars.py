@@ -17,7 +17,7 @@ description:
   - Runs on the controller (an action plugin) and needs no connection. Meant to run once per play (C(run_once)); it
     fails when any host has a problem, so that the play stops before it does anything, with every problem named.
   - The variables of a playbook are typed and documented by thin roles of this collection (O(roles)), one per
-    playbook (C(patrol), C(preflight), C(autopilot), C(teardown)). Entry point C(main) of the role's
+    playbook (C(launch), C(patrol), C(preflight), C(autopilot), C(teardown)). Entry point C(main) of the role's
     C(meta/argument_specs.yml) holds the settings, each with its type and default (the role's C(defaults/main.yml));
     entry point C(internal) the names the playbook sets itself (registered results, play variables).
   - A variable that carries a role's prefix (its name and C(_), such as C(patrol_)) but that no spec knows, from any
@@ -28,6 +28,8 @@ description:
   - A value of a wrong type (with Ansible's own argument spec validator) stops the play, naming the variable and the
     hosts. A value that is a template is checked as it renders for the host; one that cannot render here (it needs
     a variable of the play) is left to the play.
+  - A variable that a spec marks C(required) (launch's C(launch_src) and C(launch_command)) and that a host lacks
+    stops the play, named with the hosts that lack it.
   - Each distinct value is checked once, and only reading each host's variables grows with the fleet.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix

@@ -108,6 +108,18 @@ class PlayCheck:
         role = self.owner(name)
         return "%s (ansible-doc -t role remote_gpu.trainer.%s)" % (SPEC_FILE % role, role)
 
+    def missing(self, present, play_names=()):
+        """The messages of the required variables (``required: true`` in a spec) that a host lacks, sorted, each
+        once with its hosts: ``present`` {host: names the host's own variables hold (inventory, extra variables)};
+        ``play_names``: the names the play itself sets (its ``vars:``), which every host has."""
+        problems = []
+        for name in sorted(option for option, spec in self.options.items() if spec.get("required")):
+            where = [host for host, names in present.items() if name not in names and name not in play_names]
+            if where:
+                problems.append("%s is required and not set (for %s): set it, for example with -e %s=... See %s." % (
+                    name, _hosts(where), name, self.docs(name)))
+        return problems
+
     def problems(self, hosts, names=()):
         """The messages of every problem, sorted: ``hosts`` {host: {name: value}} (each host's variables, values
         templated); ``names``: more names seen (the play's own variables), checked by name only.

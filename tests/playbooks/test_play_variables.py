@@ -1,4 +1,4 @@
-"""The five playbooks (patrol, preflight, autopilot, teardown, rent) on localhost: a misspelled variable of the playbook's
+"""The six playbooks (launch, patrol, preflight, autopilot, teardown, rent) on localhost: a misspelled variable of the playbook's
 prefix, or a value of a wrong type, from the command line or from the inventory, stops the playbook before it
 probes, pulls or stops anything, naming the variable (and the close match of a misspelling)."""
 
@@ -11,6 +11,8 @@ from pbhelpers import REPO, run_playbook
 CHECK_TASK = "Check every host's"
 # (playbook, a misspelled variable, what the message suggests, a wrongly typed value, the words of its message)
 CASES = [
+    ("launch", "launch_qeue=a", "did you mean launch_queue?",
+     "launch_min_seconds=soon", "launch_min_seconds has a wrong type (for localhost)"),
     ("patrol", "patrol_disk_warn_pc=90", "did you mean patrol_disk_warn_pct?",
      "patrol_stale_minutes=half", "patrol_stale_minutes has a wrong type (for localhost)"),
     ("preflight", "preflight_expected_gpu=8", "did you mean preflight_expected_gpus?",
@@ -49,6 +51,14 @@ def test_a_wrongly_typed_value_stops_the_playbook_naming_it(local_inventory, tmp
                                                             wrong, words):
     proc = run_playbook(REPO / "playbooks" / ("%s.yml" % playbook), local_inventory, "-e", wrong, cwd=tmp_path)
     stopped(proc, words)
+
+
+def test_launch_without_its_required_variables_stops_naming_them(local_inventory, tmp_path):
+    proc = run_playbook(REPO / "playbooks" / "launch.yml", local_inventory, "-e", "launch_src=%s" % tmp_path,
+                        cwd=tmp_path)
+    out = stopped(proc, "launch_command is required and not set (for localhost): set it, for example with "
+                        "-e launch_command=...")
+    assert "launch_src is required" not in out
 
 
 def test_a_misspelling_in_the_inventory_stops_the_autopilot_and_names_the_host(tmp_path):

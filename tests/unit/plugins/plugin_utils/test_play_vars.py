@@ -137,3 +137,19 @@ def test_many_hosts_are_listed_up_to_a_few():
     check = play_vars.PlayCheck({"patrol": PATROL})
     problem, = check.problems(dict(("lab-%02d" % i, {"patrol_strikt": True}) for i in range(9)))
     assert "(set for lab-00, lab-01, lab-02, lab-03, lab-04 and 4 more)" in problem
+
+
+def test_a_required_variable_a_host_lacks_is_named_with_those_hosts():
+    launch = {"main": {"launch_src": {"type": "str", "required": True},
+                       "launch_command": {"type": "str", "required": True},
+                       "launch_queue": {"type": "list", "elements": "str", "default": [""]}}}
+    check = play_vars.PlayCheck({"launch": launch})
+    present = {"lab-01": {"launch_src", "launch_command"}, "lab-02": {"launch_command"}, "lab-03": set()}
+    assert check.missing(present) == [
+        "launch_command is required and not set (for lab-03): set it, for example with -e launch_command=... See "
+        "roles/launch/meta/argument_specs.yml (ansible-doc -t role remote_gpu.trainer.launch).",
+        "launch_src is required and not set (for lab-02, lab-03): set it, for example with -e launch_src=... See "
+        "roles/launch/meta/argument_specs.yml (ansible-doc -t role remote_gpu.trainer.launch)."]
+    # the play's own variables reach every host
+    assert check.missing(present, play_names={"launch_src", "launch_command"}) == []
+    assert play_vars.PlayCheck({"patrol": PATROL}).missing({"lab-01": set()}) == []
