@@ -17,7 +17,7 @@ import json
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done, record_digest
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 
@@ -61,31 +61,37 @@ def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_di
         raise AnsibleFilterError("launch_onstart: %s" % exc)
 
 
-def launch_done(items, probe=None, run_id=None):
-    """Whether this host has nothing left to run: job_status (``probe``, its registered result) found the job not
-    running, and its queue record (``queue.json``) of the run ``run_id`` lists every one of ``items`` as finished
-    with exit code 0 (the queue runner's own test of a done item). False when anything is unknown or different: a
-    probe that was skipped, another run, another share of the queue, an item that failed or never ran."""
+def launch_done(items, probe=None, record=None):
+    """Whether this host has nothing left to run and nothing to change: job_status (``probe``, its registered result)
+    found the job not running, its queue record on the box (``queue.json``) is the one this launch would write
+    (``record``, launch_record's text: the same run, share of the queue and settings, compared by digest), and every
+    one of ``items`` finished with exit code 0 (the queue runner's own test of a done item). False when anything is
+    unknown or different: a probe that was skipped, another record, an item that failed or never ran."""
     ids = [row["item"] for row in items or ()]
     jobs = (probe or {}).get("jobs") or ()
-    if not ids or len(jobs) != 1 or not isinstance(jobs[0], dict):
+    if not ids or len(jobs) != 1 or not isinstance(jobs[0], dict) or not isinstance(record, str):
         return False
     job = jobs[0]
-    if job.get("alive") is not False or run_id is None or job.get("run_id") != run_id:
+    if job.get("alive") is not False or job.get("items_source") != "launch":
         return False
-    if job.get("items_source") != "launch" or job.get("queue_items") != ids:
+    try:
+        wanted = record_digest(json.loads(record))
+    except ValueError:
+        return False
+    if job.get("queue_sha256") != wanted:
         return False
     done = {row.get("item") for row in job.get("items") or () if isinstance(row, dict) and is_done(row)}
     return all(item in done for item in ids)
 
 
 def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None,
-                  run_id=None):
+                  record=None):
     """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
     job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
     is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
-    ``name``: the job's name, said of a job that runs; ``run_id``: the run, said of a host whose items of that run
-    were all done before this launch (launch_done), where nothing was pushed or changed."""
+    ``name``: the job's name, said of a job that runs; ``record``: the queue record this launch would write, whose
+    run is said of a host whose items were all done before this launch under that record (launch_done), where
+    nothing was pushed or changed."""
     ids = [row["item"] for row in items or ()]
     if not ids:
         return "%s: no items" % host
@@ -95,9 +101,9 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
             host, name, running[0].get("pid"), " ".join(ids))
     if running:
         return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
-    if launch_done(items, probe, run_id):
+    if launch_done(items, probe, record):
         return ("%s: all %d item(s) of run %s were done: nothing pushed or changed (items %s; a new launch_name "
-                "runs the queue again)" % (host, len(ids), run_id, " ".join(ids)))
+                "runs the queue again)" % (host, len(ids), json.loads(record).get("run_id"), " ".join(ids)))
     if environment_only is True:
         return ("%s: no GPU: environment-only mode: the environment is applied, the queue is not started (items %s; "
                 "launch_no_gpu_ok=true runs launch_command without a GPU)" % (host, " ".join(ids)))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import json
 import os
 import re
@@ -290,6 +291,13 @@ def read_queue(paths):
     if len(set(ids)) != len(ids):
         return None, "%s lists an item twice" % paths["queue_file"]
     return data, None
+
+
+def record_digest(record):
+    """The sha256 of a JSON record in one canonical form (keys sorted, no spaces, ASCII): the same record written
+    with other whitespace or key order has the same digest (launch compares its queue record with the box's)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def status_record(exit_code, started, item=None, finished=None, **extra):

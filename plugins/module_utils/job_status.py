@@ -138,6 +138,7 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
         "queue_items": share["ids"],
         "queue_length": share["queue_length"],
         "run_id": queue.get("run_id") if queue else None,
+        "queue_sha256": job_layout.record_digest(queue) if queue else None,
         "items": [dict((key, item[key]) for key in ITEM_KEYS) for item in share["items"]],
         "last_exit_code": last_exit,
         "final_status": final,

@@ -238,7 +238,9 @@ jobs:
     - One entry per job, in the order given; without O(name) and O(jobs), every job found under O(run_dir), by name.
     - C(items_total) is what the job is graded against. C(items_source) says where it comes from. C(launch) means
       this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
-      C(queue_length) the length of the whole queue, C(run_id) the run). C(queue_length) means the option of that
+      C(queue_length) the length of the whole queue, C(run_id) the run, C(queue_sha256) the digest of the whole
+      record in a canonical form, null without one, which launch compares with the record it would write).
+      C(queue_length) means the option of that
       name, and null means completion is not graded. With a record, only the share's items are counted.
     - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
       C(failed) or C(sync_failed). C(sync_dest) is the durable directory, null when the sync is off. C(synced) is
@@ -274,6 +276,7 @@ jobs:
       queue_items: null
       queue_length: 24
       run_id: null
+      queue_sha256: null
       items:
         - {item: "016", state: sync_failed, exit_code: 1, started: "2026-07-03T20:11:40Z", finished: "2026-07-03T21:40:02Z",
            seconds: 5302, too_fast: false, sync_dest: /root/autodl-fs/runs/ablations/016, synced: 0,

@@ -142,7 +142,9 @@ def test_one_controller_pass_fails_only_the_broken_hosts(tmp_path, playbook):
     names = ["box%d" % i for i in range(1, 7)]
     inventory = fleet_of_local_hosts(tmp_path, names, {"box4": {"trainer_tensorboard_port": "six thousand"},
                                                        "box5": {"trainer_hf_endpiont": "x"}})
-    proc = run_playbook(test_playbook, inventory, "-v")
+    # launch's first play also checks launch_* variables, and launch_src and launch_command are required
+    required = ["-e", "launch_src=%s launch_command=true" % tmp_path] if playbook == "launch" else []
+    proc = run_playbook(test_playbook, inventory, "-v", *required)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     first_play, next_play = out.split("PLAY [Next play]")

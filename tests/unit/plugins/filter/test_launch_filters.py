@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.remote_gpu.trainer.plugins.filter.launch import FilterModule
 from ansible_collections.remote_gpu.trainer.plugins.filter.queue_assign import queue_assign
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import record_digest
 
 FILTERS = FilterModule().filters()
 ITEMS = [{"item": "000", "arg": "a"}, {"item": "002", "arg": "c"}]
@@ -99,37 +100,52 @@ def test_the_report_of_a_running_job_names_it_when_told_its_name():
     assert line == "lab-03: resume is running (pid 7): nothing pushed or changed (items 000)"
 
 
-def probe_of(alive=False, run_id="r1", source="launch", ids=("000", "002"), codes=(0, 0)):
-    """A job_status result of the shape the module returns (module_utils/job_status.py's job entry)."""
-    return {"jobs": [{"alive": alive, "pid": None, "run_id": run_id, "items_source": source,
-                      "queue_items": list(ids), "items": [{"item": item, "exit_code": code}
-                                                          for item, code in zip(ids, codes)]}]}
+RECORD = FILTERS["launch_record"](ITEMS, name="train", host="lab-01", run_id="r1", queue_length=3, output_root="/o",
+                                  durable_root="/d")
 
 
-@pytest.mark.parametrize("probe, run_id, done", [
-    (probe_of(), "r1", True),
-    (probe_of(alive=True), "r1", False),             # a job that runs is the running case, not this one
-    (probe_of(alive=None), "r1", False),             # unknown is not "not running"
-    (probe_of(run_id="r0"), "r1", False),            # another run's record
+def probe_of(alive=False, record=RECORD, source="launch", ids=("000", "002"), codes=(0, 0)):
+    """A job_status result of the shape the module returns (module_utils/job_status.py's job entry): its record's
+    digest is that of the queue.json the box holds, here ``record``'s."""
+    return {"jobs": [{"alive": alive, "pid": None, "items_source": source, "queue_items": list(ids),
+                      "queue_sha256": record_digest(json.loads(record)) if record else None,
+                      "items": [{"item": item, "exit_code": code} for item, code in zip(ids, codes)]}]}
+
+
+def other_record(**change):
+    settings = dict(name="train", host="lab-01", run_id="r1", queue_length=3, output_root="/o", durable_root="/d")
+    settings.update(change)
+    return FILTERS["launch_record"](ITEMS, **settings)
+
+
+@pytest.mark.parametrize("probe, record, done", [
+    (probe_of(), RECORD, True),
+    # the box's record written with other whitespace and key order is the same record
+    (probe_of(record=json.dumps(json.loads(RECORD), indent=4)), RECORD, True),
+    (probe_of(alive=True), RECORD, False),           # a job that runs is the running case, not this one
+    (probe_of(alive=None), RECORD, False),           # unknown is not "not running"
+    (probe_of(), other_record(run_id="r2"), False),  # another run
+    (probe_of(), other_record(min_seconds=30, min_seconds_fail=True), False),  # another setting: the record changes
+    (probe_of(), other_record(queue_length=4), False),  # another queue
+    (probe_of(record=None), RECORD, False),          # no record on the box
     (probe_of(), None, False),
-    (probe_of(source="queue_length"), "r1", False),  # no queue record of launch's
-    (probe_of(ids=("000",), codes=(0,)), "r1", False),           # another share of the queue
-    (probe_of(codes=(0, 1)), "r1", False),           # an item that failed is run again
-    (probe_of(codes=(0, True)), "r1", False),        # a bool is no exit code (the queue runner's own test)
-    (probe_of(codes=(0, None)), "r1", False),
-    ({"jobs": [{"alive": False, "run_id": "r1", "items_source": "launch", "queue_items": ["000", "002"],
-                "items": [{"item": "000", "exit_code": 0}]}]}, "r1", False),   # 002 never ran
-    ({"skipped": True}, "r1", False),
-    (None, "r1", False),
+    (probe_of(), "not json", False),
+    (probe_of(source="queue_length"), RECORD, False),  # no queue record of launch's
+    (probe_of(codes=(0, 1)), RECORD, False),         # an item that failed is run again
+    (probe_of(codes=(0, True)), RECORD, False),      # a bool is no exit code (the queue runner's own test)
+    (probe_of(codes=(0, None)), RECORD, False),
+    (probe_of(ids=("000",), codes=(0,)), RECORD, False),  # 002 never ran
+    ({"skipped": True}, RECORD, False),
+    (None, RECORD, False),
 ])
-def test_launch_done_only_when_the_probe_shows_this_runs_share_all_done(probe, run_id, done):
-    assert FILTERS["launch_done"](ITEMS, probe, run_id) is done
-    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe, run_id=run_id, name="train")
+def test_launch_done_only_when_the_boxs_record_is_this_one_and_every_item_is_done(probe, record, done):
+    assert FILTERS["launch_done"](ITEMS, probe, record) is done
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe, record=record, name="train")
     assert ("nothing pushed or changed (items 000 002; a new launch_name runs the queue again)" in line) is done
 
 
 def test_launch_done_report_names_the_run():
-    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), run_id="r1") == (
+    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), record=RECORD) == (
         "lab-01: all 2 item(s) of run r1 were done: nothing pushed or changed (items 000 002; a new launch_name "
         "runs the queue again)")
-    assert FILTERS["launch_done"]([], probe_of(), "r1") is False
+    assert FILTERS["launch_done"]([], probe_of(), RECORD) is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import cgroup as cgroup_utils
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import gpu_patrol, job_layout
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
 QUERY_GPU = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "nvidia", "query-gpu")
@@ -84,6 +85,12 @@ def test_a_job_launch_started_is_graded_on_its_own_share_of_the_queue(module_run
     assert (a["queue_items"], a["queue_length"], a["run_id"]) == (["000", "002"], 3, "exp")
     assert (b["items_done"], b["items_total"]) == (1, 1)
     assert (c["items_done"], c["items_total"], c["items_source"], c["queue_items"]) == (1, 3, "queue_length", None)
+    # the digest of each record, as launch compares it with the record it would write; none without a record
+    record = json.loads((run_dir / "a" / "queue.json").read_text())
+    assert a["queue_sha256"] == job_layout.record_digest(record) != b["queue_sha256"]
+    assert a["queue_sha256"] == hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+                                               ).hexdigest()
+    assert c["queue_sha256"] is None
     by_job = {(f["job"], f["code"]) for f in result["findings"]}
     assert by_job == {("a", "job_finished"), ("b", "job_finished"), ("c", "job_gone_incomplete")}
 
