@@ -194,6 +194,20 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     assert sorted(lines) == ["000 a0 lab-01", "003 a3 lab-01", "003 a3 lab-01", "006 a6 lab-01"]
 
 
+def relaunch_changes_nothing(fleet, src, extra, says):
+    """Relaunch the job "resume" on lab-03 and check that nothing was pushed, written or started: 0 changed, the
+    report line ``says``, job_status alone on the box and no task of the push and start (8 tasks on lab-03 alone, 3
+    of them run once for the play; every other host of a larger play runs 5), the job and code directories as
+    they were."""
+    listing = "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume"
+    before = fleet.ssh("lab-03", listing).stdout
+    proc = launch(fleet, src, "-l", "lab-03", extra=extra)
+    assert recap(proc)["lab-03"]["changed"] == 0
+    assert says in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert tasks_run(proc)["lab-03"] <= 8, tasks_run(proc)
+    assert fleet.ssh("lab-03", listing).stdout == before
+
+
 def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(fleet, src):
     flag = "/root/go-resume"
     extra = {"launch_name": "resume", "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
@@ -205,15 +219,7 @@ def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(f
     assert read_json(fleet, "lab-03", "~/.trainer/jobs/resume/items/000/status.json")["exit_code"] == 0
 
     # Relaunch while the job runs: nothing is pushed, written or started.
-    before = fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout
-    proc = launch(fleet, src, "-l", "lab-03", extra=extra)
-    assert recap(proc)["lab-03"]["changed"] == 0
-    assert "resume is running" in proc.stdout
-    # a relaunch while the job runs: job_status alone on the box, and no task of the push and start exists (8 tasks
-    # on lab-03 alone, 3 of them run once for the play; every other host of a larger play runs 5)
-    assert tasks_run(proc)["lab-03"] <= 8, tasks_run(proc)
-    assert fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout \
-        == before
+    relaunch_changes_nothing(fleet, src, extra, "resume is running")
 
     # Kill the whole job (as a preemption would), then relaunch: 000 is skipped, 001 runs again, then 002.
     pid = fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.pid").stdout.strip()
@@ -233,12 +239,6 @@ def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(f
 
     # Relaunch once every item is done: nothing is pushed, written or started either (the one probe), and the report
     # says why and how to run the queue again.
-    before = fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout
-    proc = launch(fleet, src, "-l", "lab-03", extra=extra)
-    assert recap(proc)["lab-03"]["changed"] == 0
-    assert ("lab-03: all 3 item(s) of run resume were done: nothing pushed or changed (items 000 001 002; a new "
-            "launch_name runs the queue again)") in " ".join(proc.stdout.split()), proc.stdout[-3000:]
-    assert tasks_run(proc)["lab-03"] <= 8, tasks_run(proc)
-    assert fleet.ssh("lab-03", "ls -l --time-style=+%s.%N ~/.trainer/jobs/resume ~/autodl-tmp/code/resume").stdout \
-        == before
+    relaunch_changes_nothing(fleet, src, extra, "lab-03: all 3 item(s) of run resume were done: nothing pushed or "
+                                                "changed (items 000 001 002; a new launch_name runs the queue again)")
     assert fleet.ssh("lab-03", "cat ~/.trainer/jobs/resume/job.log").stdout.count("==== trainer: started ") == 2
