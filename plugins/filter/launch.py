@@ -7,7 +7,10 @@ block, whether a host's items were all done before, and the per-host report line
 
 Documented in queue_table.yml, launch_scripts.yml, launch_record.yml, launch_onstart.yml, launch_done.yml and
 launch_report.yml;
-the work is done by module_utils/launch.py and plugin_utils/launch_scripts.py, which are unit-tested.
+the work is done by plugin_utils/launch_plan.py, plugin_utils/launch_scripts.py and module_utils/job_layout.py, which
+are unit-tested. Ansible loads every filter file of the collection, compiled anew, in each worker that templates any
+of its filters (most of launch's tasks do, through its plan): this file imports at its top only the small
+launch_plan, and each of the others inside the filter that needs it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done, record_digest
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assignment_table, queue_record
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.launch_plan import assignment_table, queue_record
 
 
 def queue_table(plan):
@@ -33,6 +33,8 @@ def queue_table(plan):
 def launch_scripts(items, cpu=None, **settings):
     """The run wrapper and queue runner of one host -> [{kind, path, text}]. ``cpu`` is env_audit's ``cgroup``
     result, from which the thread count for OMP_NUM_THREADS and MKL_NUM_THREADS is taken."""
+    from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
+
     try:
         if cpu is not None and not isinstance(cpu, dict):
             raise TypeError("cpu must be the cgroup dict that env_audit returns, got %s" % type(cpu).__name__)
@@ -51,6 +53,8 @@ def launch_record(items, **settings):
 
 def launch_onstart(items, job=None, name=None, job_dir=None, python=None, lib_dir=None):
     """The block launch writes into the onstart hook: resume the job that ``job`` (detached_job's result) started."""
+    from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts as scripts_core
+
     job = job or {}
     try:
         if not job.get("wrapper"):
@@ -67,6 +71,8 @@ def launch_done(items, probe=None, record=None):
     (``record``, launch_record's text: the same run, share of the queue and settings, compared by digest), and every
     one of ``items`` finished with exit code 0 (the queue runner's own test of a done item). False when anything is
     unknown or different: a probe that was skipped, another record, an item that failed or never ran."""
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done, record_digest
+
     ids = [row["item"] for row in items or ()]
     jobs = (probe or {}).get("jobs") or ()
     if not ids or len(jobs) != 1 or not isinstance(jobs[0], dict) or not isinstance(record, str):
@@ -115,6 +121,8 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
     except ValueError:
         record = None
     if isinstance(record, dict) and record.get("tree_sha256"):
+        from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
+
         torch = torch_summary(record.get("torch"))
         dirty = record.get("dirty_files") if isinstance(record.get("dirty_files"), list) else []
         line += " (code %s, commit %s%s%s)" % (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import assign
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.launch_plan import assign
 
 
 def queue_assign(queue, hosts):

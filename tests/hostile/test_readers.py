@@ -23,6 +23,7 @@ from hostile import Case
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
     checkpoint, item_log, job_layout, launch, sampler, sync, sync_state)
 from ansible_collections.remote_gpu.trainer.plugins.modules import job_status
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_plan
 
 SECRET = "CANARY-outside-the-tree-5b0c"
 
@@ -271,7 +272,7 @@ def planted_sync_status(tmp):
     """launch's queue.json for item 000, and an items/000/status.json planted next to it that names a directory of
     its choosing as the output to copy, to a destination of its choosing."""
     job_dir, status_file = private_job(tmp)
-    (job_dir / "queue.json").write_text(json.dumps(launch.queue_record(
+    (job_dir / "queue.json").write_text(json.dumps(launch_plan.queue_record(
         [{"item": "000", "arg": "a"}], "j", "h", "j", 1, str(tmp / "out"), str(tmp / "durable"), best=["best*"])))
     (tmp / "home" / ".ssh").mkdir(parents=True)
     (tmp / "home" / ".ssh" / "id_rsa").write_text(SECRET)

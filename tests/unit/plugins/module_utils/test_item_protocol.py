@@ -20,7 +20,7 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils import (
     jobs,
     launch,
 )
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_patrol, launch_plan, launch_scripts
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugin_utils"))
 from fleet_samples import (  # noqa: E402  pylint: disable=wrong-import-position,import-error
@@ -281,7 +281,7 @@ def test_the_run_wrapper_retries_only_the_sync_of_a_trained_item(tmp_path):
         with open(script["path"], "w") as handle:
             handle.write(script["text"])
     # launch's record of the host's share: what a resync may copy (launch.recorded_problem)
-    (job_dir / "queue.json").write_text(json.dumps(launch.queue_record(
+    (job_dir / "queue.json").write_text(json.dumps(launch_plan.queue_record(
         [{"item": "000", "arg": "a0"}], "train", "h", "r", 1, str(tmp_path / "out"), str(durable), best=["best*"],
         scratch=["latest*"])))
     log = job_dir / "job.log"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch
-from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_scripts
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import launch_plan, launch_scripts
 
 
 def _tree(root, files):
@@ -32,16 +32,16 @@ def test_record_sources_leave_out_empty_missing_and_unset_directories(tmp_path):
 
 
 def test_the_queue_record_names_the_record_directories():
-    mine = launch.assign(["a"], ["h1"])
-    record = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", tensorboard_dir="/d/tb/",
+    mine = launch_plan.assign(["a"], ["h1"])
+    record = launch_plan.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", tensorboard_dir="/d/tb/",
                                  protocol_dir="/d/protocol")
     assert (record["tensorboard_dir"], record["protocol_dir"]) == ("/d/tb", "/d/protocol")
     assert launch.record_dirs(record) == {"tensorboard_dir": "/d/tb", "protocol_dir": "/d/protocol",
                                           "wandb_dir": None}
-    off = launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")
+    off = launch_plan.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs")
     assert (off["tensorboard_dir"], off["protocol_dir"]) == (None, None)
     with pytest.raises(ValueError, match="launch_protocol_dir must be an absolute path"):
-        launch.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", protocol_dir="protocol")
+        launch_plan.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", protocol_dir="protocol")
 
 
 def test_finish_syncs_the_items_events_and_the_protocol_verified(out, tmp_path):
@@ -79,8 +79,8 @@ def test_resync_takes_the_record_directories_from_launchs_queue_record(out, tmp_
     _tree(tmp_path, {"protocol/config.yaml": b"c"})
     job = tmp_path / "jobs" / "train"
     job.mkdir(parents=True)
-    mine = launch.assign(["a"], ["h1"])
-    record = launch.queue_record(mine, "train", "h1", "exp", 1, str(out.parent), str(tmp_path / "fs"),
+    mine = launch_plan.assign(["a"], ["h1"])
+    record = launch_plan.queue_record(mine, "train", "h1", "exp", 1, str(out.parent), str(tmp_path / "fs"),
                                  best=["best*"], protocol_dir=str(tmp_path / "protocol"))
     record["items"][0]["output_dir"] = str(out)
     (job / "queue.json").write_text(json.dumps(record))
@@ -136,8 +136,8 @@ def _two_boxes(out, tmp_path):
     """An item finished with a verified copy on a shared durable tier by one box's job, and the same job's queue
     record on a second box (a replacement) that has no status for it -> (the second box's status file, the copy)."""
     fs = tmp_path / "fs"
-    mine = launch.assign(["a"], ["h2"])
-    record = launch.queue_record(mine, "train", "h2", "exp", 1, str(out.parent), str(fs), best=["best*"])
+    mine = launch_plan.assign(["a"], ["h2"])
+    record = launch_plan.queue_record(mine, "train", "h2", "exp", 1, str(out.parent), str(fs), best=["best*"])
     job = tmp_path / "h2" / "jobs" / "train"
     job.mkdir(parents=True)
     (job / "queue.json").write_text(json.dumps(record))
