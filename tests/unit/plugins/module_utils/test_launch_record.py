@@ -34,7 +34,7 @@ def test_record_sources_leave_out_empty_missing_and_unset_directories(tmp_path):
 def test_the_queue_record_names_the_record_directories():
     mine = launch_plan.assign(["a"], ["h1"])
     record = launch_plan.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", tensorboard_dir="/d/tb/",
-                                 protocol_dir="/d/protocol")
+                                      protocol_dir="/d/protocol")
     assert (record["tensorboard_dir"], record["protocol_dir"]) == ("/d/tb", "/d/protocol")
     assert launch.record_dirs(record) == {"tensorboard_dir": "/d/tb", "protocol_dir": "/d/protocol",
                                           "wandb_dir": None}
@@ -81,7 +81,7 @@ def test_resync_takes_the_record_directories_from_launchs_queue_record(out, tmp_
     job.mkdir(parents=True)
     mine = launch_plan.assign(["a"], ["h1"])
     record = launch_plan.queue_record(mine, "train", "h1", "exp", 1, str(out.parent), str(tmp_path / "fs"),
-                                 best=["best*"], protocol_dir=str(tmp_path / "protocol"))
+                                      best=["best*"], protocol_dir=str(tmp_path / "protocol"))
     record["items"][0]["output_dir"] = str(out)
     (job / "queue.json").write_text(json.dumps(record))
     status_file = job / "items" / "000" / "status.json"

@@ -54,7 +54,7 @@ def test_the_queue_record_is_this_hosts_share_with_its_roots():
     plan = launch_plan.assign(["a", "b", "c"], ["h2", "h1"])
     mine = [row for row in plan if row["host"] == "h1"]
     record = launch_plan.queue_record(mine, "train", "h1", "exp", len(plan), "/d/outputs/exp/", "/fs/runs/exp",
-                                 best=["best*"], scratch=["latest*"])
+                                      best=["best*"], scratch=["latest*"])
     assert record["items"] == [
         {"item": "000", "arg": "a", "output_dir": "/d/outputs/exp/000", "sync_dest": "/fs/runs/exp/000"},
         {"item": "002", "arg": "c", "output_dir": "/d/outputs/exp/002", "sync_dest": "/fs/runs/exp/002"}]
