@@ -100,8 +100,14 @@ def test_the_report_of_a_running_job_names_it_when_told_its_name():
     assert line == "lab-03: resume is running (pid 7): nothing pushed or changed (items 000)"
 
 
-RECORD = FILTERS["launch_record"](ITEMS, name="train", host="lab-01", run_id="r1", queue_length=3, output_root="/o",
-                                  durable_root="/d")
+def record_of(**change):
+    """launch_record's text for ITEMS: the record below, with ``change`` to its settings."""
+    settings = dict(name="train", host="lab-01", run_id="r1", queue_length=3, output_root="/o", durable_root="/d")
+    settings.update(change)
+    return FILTERS["launch_record"](ITEMS, **settings)
+
+
+RECORD = record_of()
 
 
 def probe_of(alive=False, record=RECORD, source="launch", ids=("000", "002"), codes=(0, 0)):
@@ -112,21 +118,15 @@ def probe_of(alive=False, record=RECORD, source="launch", ids=("000", "002"), co
                       "items": [{"item": item, "exit_code": code} for item, code in zip(ids, codes)]}]}
 
 
-def other_record(**change):
-    settings = dict(name="train", host="lab-01", run_id="r1", queue_length=3, output_root="/o", durable_root="/d")
-    settings.update(change)
-    return FILTERS["launch_record"](ITEMS, **settings)
-
-
 @pytest.mark.parametrize("probe, record, done", [
     (probe_of(), RECORD, True),
     # the box's record written with other whitespace and key order is the same record
     (probe_of(record=json.dumps(json.loads(RECORD), indent=4)), RECORD, True),
     (probe_of(alive=True), RECORD, False),           # a job that runs is the running case, not this one
     (probe_of(alive=None), RECORD, False),           # unknown is not "not running"
-    (probe_of(), other_record(run_id="r2"), False),  # another run
-    (probe_of(), other_record(min_seconds=30, min_seconds_fail=True), False),  # another setting: the record changes
-    (probe_of(), other_record(queue_length=4), False),  # another queue
+    (probe_of(), record_of(run_id="r2"), False),  # another run
+    (probe_of(), record_of(min_seconds=30, min_seconds_fail=True), False),  # another setting: the record changes
+    (probe_of(), record_of(queue_length=4), False),  # another queue
     (probe_of(record=None), RECORD, False),          # no record on the box
     (probe_of(), None, False),
     (probe_of(), "not json", False),
