@@ -35,31 +35,32 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
-if [[ ! -x .venv/bin/python ]]; then
-  echo "setup: creating .venv with $($PY --version 2>&1)"
-  "$PY" -m venv .venv
-fi
-stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
-if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  echo "setup: installing the pinned toolchain into .venv"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r requirements-dev.txt
+# build_venv VENV PYTHON REQUIREMENTS: VENV with PYTHON and the pinned REQUIREMENTS, installed once and again only
+# when that file changes (its sha256 in the venv); a venv of another Python version is made anew.
+build_venv() {
+  local venv=$1 interp=$2 requirements=$3 stamp=$1/.requirements.sha256 want version
+  want=$(sha256sum "$requirements" | cut -d' ' -f1)
+  [[ -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && return 0
+  version=$("$interp" --version 2>&1)
+  if [[ ! -x $venv/bin/python || $("$venv/bin/python" --version 2>&1) != "$version" ]]; then
+    echo "setup: creating $venv with $version"
+    rm -rf "$venv"
+    "$interp" -m venv "$venv"
+  fi
+  echo "setup: installing $requirements into $venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r "$requirements"
   echo "$want" > "$stamp"
-fi
+}
 
-# The newer ansible-core lanes of make test (docs/CONTRIBUTING.md, "Every supported ansible-core"): one venv per
-# core, .venv-<core>, with the pinned requirements-<core>.txt and the Python that core needs, from pyenv. Built once
-# and kept while the requirements file is unchanged (its sha256 in the venv). A missing interpreter fails under CI;
-# elsewhere it is said here, and that core's lanes of make test fail saying the same.
+# The venvs are built at once (each mostly waits on pip's downloads and unpacking): .venv, then the newer
+# ansible-core lanes of make test (docs/CONTRIBUTING.md, "Every supported ansible-core"): one venv per core,
+# .venv-<core>, with the pinned requirements-<core>.txt and the Python that core needs, from pyenv. A missing
+# interpreter fails under CI; elsewhere it is said here, and that core's lanes of make test fail saying the same.
+builds=(".venv ${PYTHON:-python3} requirements-dev.txt")
 CORE_LANES=("2.20 3.12" "2.21 3.13")
 for lane in "${CORE_LANES[@]}"; do
   read -r core pyver <<<"$lane"
-  venv=.venv-$core
-  stamp=$venv/.requirements.sha256
-  want=$(sha256sum "requirements-$core.txt" | cut -d' ' -f1)
-  [[ -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && continue
   interp=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$pyver".*/bin/python"$pyver" 2>/dev/null | sort -V | tail -1 || true)
   if [[ -z $interp ]]; then
     echo "setup: make test's ansible-core $core lane needs Python $pyver, which pyenv does not have" \
@@ -67,13 +68,17 @@ for lane in "${CORE_LANES[@]}"; do
     if [[ -n ${CI:-} ]]; then exit 1; fi
     continue
   fi
-  echo "setup: creating $venv with $("$interp" --version 2>&1) and ansible-core $core (requirements-$core.txt)"
-  rm -rf "$venv"
-  "$interp" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -r "requirements-$core.txt"
-  echo "$want" > "$stamp"
+  builds+=(".venv-$core $interp requirements-$core.txt")
 done
+pids=()
+for build in "${builds[@]}"; do
+  read -r venv interp requirements <<<"$build"
+  build_venv "$venv" "$interp" "$requirements" &
+  pids+=($!)
+done
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[[ $failed -eq 0 ]] || { echo "setup: a venv could not be built (pip's message is above): fix it and run make setup again" >&2; exit 1; }
 
 mkdir -p .collections/ansible_collections/remote_gpu
 link=.collections/ansible_collections/remote_gpu/trainer

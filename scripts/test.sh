@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # The test command (`make test`, called by .ci/run). With arguments, runs those stages only, in order.
-# Stages: demo_down, lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, units, lab, lab2, lab3, lab_checks,
-# timer, molecule (every scenario), molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE (TRAINER_VENV
-# picks the core, see below).
+# Stages: demo_down, lint, sanity, sanity_core, changelog, pytest (every pytest test), unit, playbook_checks, lab, lab2,
+# lab3, lab_checks, timer, molecule (every scenario), molecule_lane, molecule_checks, core_units, core_smoke, nox:CORE
+# (TRAINER_VENV picks the core, see below).
 # Any failure fails the run; pytest finding no test at all (exit 5) is a failure too.
 # Without arguments, seven lanes run at once, each stage as its own process. The suite is mostly CPU (Ansible runs
 # and module runs on the lab boxes), with waits on SSH, tmux and the boxes in between; five lanes keep both cores
 # of a 2-core machine busy through those waits, and two more run the newer ansible-cores. Each lane that starts
 # lab fleets has a lab network of its own:
-#   checks:   lint, sanity, changelog, units (with the playbook tests in CHECKS_PLAYBOOK_TESTS), molecule_checks
-#             (the scenarios in CHECKS_SCENARIOS; LAB_NET_CHECKS2, default 127.0.90)
+#   checks:   lint, sanity, changelog, unit (the unit and hostile-input tests)
 #   molecule: timer (TIMER_TESTS), then molecule_lane, the other scenarios (LAB_NET_CHECKS, default 127.0.70)
 #   lab:      the playbook and lab tests that no other lane runs (LAB_NET as set, default 127.0.0)
 #   lab2:     the playbook and lab tests in LAB2_TESTS (LAB_NET_LAB2, default 127.0.80)
 #   lab3:     the lab tests in LAB3_TESTS (LAB_NET_LAB3, default 127.0.120)
 #   core-2.20, core-2.21: the newer ansible-core lanes, `nox -t <core>` (noxfile.py: units, sanity, lab smoke with
-#             that core's venv; LAB_NET_CORE220 and LAB_NET_CORE221, default 127.0.100 and 127.0.110)
-# The lists balance the lanes; a new test file runs in the lab lane unless a list names it.
+#             that core's venv; LAB_NET_CORE220 and LAB_NET_CORE221, default 127.0.100 and 127.0.110). The 2.20 lane,
+#             which runs only the core-dependent part of sanity, then runs two 2.19 stages: playbook_checks (the
+#             playbook tests in CHECKS_PLAYBOOK_TESTS) and molecule_checks (the scenarios in CHECKS_SCENARIOS).
+# The lists balance the lanes, so that they end together (`make test` prints each stage's time); a new test file
+# runs in the lab lane unless a list names it.
 # Every lane runs to the end; the run fails if any failed. The other lanes' output is printed after the lab's.
 # LAB_REQUIRE_FREE=1: a lab address already taken fails the lab tests instead of skipping them.
 set -euo pipefail
@@ -86,7 +88,7 @@ pytest_stage() {
   return $rc
 }
 
-# Playbook tests of the checks lane (no lab fleet).
+# Playbook tests with no lab fleet, run after the 2.20 lane's nox sessions.
 CHECKS_PLAYBOOK_TESTS=(tests/playbooks/test_provider_inventory.py tests/playbooks/test_teardown_local.py
   tests/playbooks/test_profiles.py tests/playbooks/test_play_variables.py)
 # The autopilot timer test installs a cron entry for this user, as the molecule scenario autopilot_timer does: it
@@ -119,9 +121,9 @@ run_unit() {
   pytest_stage tests/unit tests/hostile
 }
 
-run_units() {
-  stage "pytest (unit, hostile inputs, ${CHECKS_PLAYBOOK_TESTS[*]})"
-  pytest_stage tests/unit tests/hostile "${CHECKS_PLAYBOOK_TESTS[@]}"
+run_playbook_checks() {
+  stage "pytest (${CHECKS_PLAYBOOK_TESTS[*]})"
+  pytest_stage "${CHECKS_PLAYBOOK_TESTS[@]}"
 }
 
 # The stages of a newer-core lane (noxfile.py runs them with that core's venv as TRAINER_VENV): the unit and
@@ -174,7 +176,7 @@ run_lab3() {
   pytest_stage "${LAB3_TESTS[@]}"
 }
 
-# Molecule scenarios of the checks lane; the molecule lane runs the others.
+# Molecule scenarios run after the 2.20 lane's nox sessions; the molecule lane runs the others.
 CHECKS_SCENARIOS=(preflight)
 
 run_molecule() {
@@ -247,9 +249,10 @@ background_lane() {
 background_lane "${LAB_NET_CHECKS:-127.0.70}" 18870 molecule timer molecule_lane
 background_lane "${LAB_NET_LAB2:-127.0.80}" 18880 lab2 lab2
 background_lane "${LAB_NET_LAB3:-127.0.120}" 18920 lab3 lab3
-background_lane "${LAB_NET_CHECKS2:-127.0.90}" 18890 checks lint sanity changelog units molecule_checks
-# the newer ansible-core lanes (noxfile.py; the lanes above run 2.19): unit tests, sanity and a lab smoke test each
-background_lane "${LAB_NET_CORE220:-127.0.100}" 18900 core-2.20 nox:2.20
+background_lane "${LAB_NET_CHECKS2:-127.0.90}" 18890 checks lint sanity changelog unit
+# the newer ansible-core lanes (noxfile.py; the other lanes run 2.19): unit tests, sanity and a lab smoke test each;
+# the 2.20 lane's sanity is the shortest, so it goes on with two stages of 2.19
+background_lane "${LAB_NET_CORE220:-127.0.100}" 18900 core-2.20 nox:2.20 playbook_checks molecule_checks
 background_lane "${LAB_NET_CORE221:-127.0.110}" 18910 core-2.21 nox:2.21
 lane lab lab || true
 for pid in "${pids[@]}"; do wait "$pid" || true; done
