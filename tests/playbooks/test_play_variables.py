@@ -1,6 +1,7 @@
-"""The six playbooks (launch, patrol, preflight, autopilot, teardown, rent) on localhost: a misspelled variable of the playbook's
-prefix, or a value of a wrong type, from the command line or from the inventory, stops the playbook before it
-probes, pulls or stops anything, naming the variable (and the close match of a misspelling)."""
+"""The six playbooks (launch, patrol, preflight, autopilot, teardown, rent) on localhost: a misspelled variable of the
+playbook's prefix, or a value of a wrong type, from the command line or from the inventory, stops the playbook
+before it probes, pulls or stops anything, naming the variable (and the close match of a misspelling). A value of
+the right type that breaks one of launch's rules stops the host before launch writes anything."""
 
 from __future__ import annotations
 
@@ -85,3 +86,26 @@ def test_a_wrongly_typed_variable_of_an_importing_playbook_stops_preflight(tmp_p
     proc = run_playbook(site, REPO / "inventories" / "local" / "hosts.yml", cwd=tmp_path)
     stopped(proc, "preflight_fail_run has a wrong type (for localhost)",
             "preflight_sample_secs is not a variable of this playbook: did you mean preflight_sample_seconds?")
+
+
+# What launch's spec cannot express (roles/launch/tasks/main.yml, its first task): a value of the right type that
+# breaks a rule stops that host before anything is pushed, with the rules and the values it got.
+LAUNCH_RULES = "Check what the argument specs cannot express"
+
+
+@pytest.mark.parametrize("setting, words", [
+    ('{"launch_name": "my run"}', "launch_name and launch_run_id may hold letters, digits, '_', '.', '-' only"),
+    ("launch_env_prefix=envs/torch", 'must be absolute paths or empty, and launch_conda_activate needs '
+                                     'launch_env_prefix (got "envs/torch", "")'),
+    ("launch_sampler_interval=0", "launch_sampler_interval must be more than 0"),
+])
+def test_a_value_that_breaks_a_launch_rule_stops_the_host_before_the_push(local_inventory, tmp_path, setting, words):
+    data = tmp_path / "data"
+    proc = run_playbook(REPO / "playbooks" / "launch.yml", local_inventory, "-e", "launch_src=%s" % tmp_path,
+                        "-e", "launch_command=true", "-e", "trainer_data_dir=%s" % data, "-e", setting, cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "TASK [remote_gpu.trainer.launch : %s]" % LAUNCH_RULES in out, out
+    assert words in out, out
+    assert "changed=0" in out and "failed=1" in out, out
+    assert not data.exists(), "launch wrote to the box before it refused: %s" % sorted(data.rglob("*"))
