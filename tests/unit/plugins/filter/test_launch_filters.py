@@ -149,3 +149,17 @@ def test_launch_done_report_names_the_run():
         "lab-01: all 2 item(s) of run r1 were done: nothing pushed or changed (items 000 002; a new launch_name "
         "runs the queue again)")
     assert FILTERS["launch_done"]([], probe_of(), RECORD) is False
+
+
+def test_done_says_what_the_record_would_without_it():
+    # the launch role passes done=true where its push did not run on a host whose job is not running (launch_done
+    # held there): the line is the record's, naming run_id; no record is read
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), done=True, run_id="r1")
+    assert line == FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), record=RECORD)
+    # a job that runs and a host without items are said as before, whatever done says
+    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(alive=True), done=True, run_id="r1",
+                                    name="train").startswith("lab-01: train is running")
+    assert FILTERS["launch_report"]([], "lab-01", done=True, run_id="r1") == "lab-01: no items"
+    # done=false never gives the line, even with a record that would
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), record=RECORD, done=False)
+    assert "were done" not in line and line == "lab-01: all 2 item(s) done, not started"
