@@ -69,25 +69,19 @@ def launch_done(items, probe=None, record=None):
     """Whether this host has nothing left to run and nothing to change: job_status (``probe``, its registered result)
     found the job not running, its queue record on the box (``queue.json``) is the one this launch would write
     (``record``, launch_record's text: the same run, share of the queue and settings, compared by digest), and every
-    one of ``items`` finished with exit code 0 (the queue runner's own test of a done item). False when anything is
-    unknown or different: a probe that was skipped, another record, an item that failed or never ran."""
-    from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import is_done, record_digest
+    one of ``items`` finished with exit code 0 (job_layout.queue_done, the test job_status makes itself when given
+    the record). False when anything is unknown or different: a probe that was skipped, another record, an item that
+    failed or never ran."""
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils.job_layout import queue_done, record_digest
 
-    ids = [row["item"] for row in items or ()]
     jobs = (probe or {}).get("jobs") or ()
-    if not ids or len(jobs) != 1 or not isinstance(jobs[0], dict) or not isinstance(record, str):
-        return False
-    job = jobs[0]
-    if job.get("alive") is not False or job.get("items_source") != "launch":
+    if not items or len(jobs) != 1 or not isinstance(record, str):
         return False
     try:
         wanted = record_digest(json.loads(record))
     except ValueError:
         return False
-    if job.get("queue_sha256") != wanted:
-        return False
-    done = {row.get("item") for row in job.get("items") or () if isinstance(row, dict) and is_done(row)}
-    return all(item in done for item in ids)
+    return queue_done(jobs[0], wanted, [row["item"] for row in items])
 
 
 def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None,

@@ -300,6 +300,22 @@ def record_digest(record):
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+def queue_done(job, wanted, ids=None):
+    """Whether ``job`` (one entry of job_status's ``jobs``) has nothing left to run under the queue record whose digest
+    is ``wanted`` (record_digest): the job is not running, its queue record on the box (launch's queue.json) has that
+    digest, and every item of it (``ids``, by default the record's ``queue_items``) finished with exit code 0
+    (is_done, the queue runner's own test).
+    False when anything is unknown or different: a job whose liveness is unknown, another record, an item that failed
+    or never ran, a record with no item."""
+    if not isinstance(job, dict) or job.get("alive") is not False or job.get("items_source") != "launch":
+        return False
+    if not wanted or job.get("queue_sha256") != wanted:
+        return False
+    done = {row.get("item") for row in job.get("items") or () if isinstance(row, dict) and is_done(row)}
+    ids = job.get("queue_items") if ids is None else ids
+    return bool(ids) and all(item in done for item in ids)
+
+
 def status_record(exit_code, started, item=None, finished=None, **extra):
     """The status of a job or item: ``item``, ``exit_code``, ``started``, ``finished`` (now) and any ``extra``."""
     record = dict(extra)

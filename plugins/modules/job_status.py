@@ -93,6 +93,16 @@ options:
         ignored (the whole queue's length is the record's).
     type: int
     default: 0
+  queue_record:
+    description:
+      - >-
+        The queue record (JSON text, as the C(remote_gpu.trainer.launch_record) filter writes it) that the caller
+        would write for the job named by O(name). Given, that job's entry in RV(jobs) has C(queue_done): whether the
+        job is not running, its C(queue.json) on the box is this record (compared by digest, whitespace and key order
+        aside) and every item of it finished with exit code 0. The launch role gives it, so that its relaunch reads
+        one boolean instead of comparing the record on the controller.
+      - Only with O(name).
+    type: str
   jobs:
     description: The jobs to report on.
     type: list
@@ -239,7 +249,8 @@ jobs:
     - C(items_total) is what the job is graded against. C(items_source) says where it comes from. C(launch) means
       this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
       C(queue_length) the length of the whole queue, C(run_id) the run, C(queue_sha256) the digest of the whole
-      record in a canonical form, null without one, which launch compares with the record it would write).
+      record in a canonical form, null without one, which launch compares with the record it would write; with
+      O(queue_record), C(queue_done) says whether it is that record with every item done).
       C(queue_length) means the option of that
       name, and null means completion is not graded. With a record, only the share's items are counted.
     - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
@@ -387,6 +398,7 @@ findings:
       action: Only the job's own files are trusted; make the job directory yours and writable by you alone.
 """
 
+import json
 import os
 import re
 import time
@@ -408,6 +420,7 @@ MODULE_OPTIONS = dict(
         name=dict(type="str"),
         log_path=dict(type="path"),
         queue_length=dict(type="int", default=0),
+        queue_record=dict(type="str"),
         jobs=dict(type="list", elements="dict", options=dict(
             name=dict(type="str", required=True),
             log_path=dict(type="path"),
@@ -438,6 +451,23 @@ def build_module():
 
 
 MAX_TAIL_LINES = 10000
+
+
+def wanted_queue(params):
+    """The digest of O(queue_record) (job_layout.record_digest), or None without one; StatusError when it is not a
+    JSON object or is given without name."""
+    if params["queue_record"] is None:
+        return None
+    if params["name"] is None:
+        raise StatusError("queue_record applies to name only: give the job's name with it")
+    try:
+        record = json.loads(params["queue_record"])
+    except ValueError as exc:
+        raise StatusError("queue_record is not JSON (%s): give the launch_record filter's text" % exc)
+    if not isinstance(record, dict):
+        raise StatusError("queue_record must be a JSON object (the launch_record filter's text), got %s"
+                          % type(record).__name__)
+    return job_layout.record_digest(record)
 
 
 def validate(params):
@@ -510,6 +540,7 @@ def discovered_jobs(run_dir, queue_length=0):
 def run(module):
     params = module.params
     job_list, regex = validate(params)
+    wanted = wanted_queue(params)
     run_dir = run_dir_of(params)
     discovered = job_list is None
     findings = []
@@ -535,6 +566,8 @@ def run(module):
                 liveness.read_samples(job["job_dir"]), max(window, launched) if launched else window, gpus)
         findings.extend(job_notes)
         findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60, params["hung_minutes"] * 60))
+        if wanted is not None:
+            job["queue_done"] = job_layout.queue_done(job, wanted)
         reports.append(job)
     usages, path_findings = inode_check.path_usages(params["paths"], params["warn_pct"], params["fail_pct"])
     # a full disk names its largest consumers (the HF cache, pip's cache, checkpoints, per-sample files)

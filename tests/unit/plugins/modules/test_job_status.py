@@ -95,6 +95,33 @@ def test_a_job_launch_started_is_graded_on_its_own_share_of_the_queue(module_run
     assert by_job == {("a", "job_finished"), ("b", "job_finished"), ("c", "job_gone_incomplete")}
 
 
+def test_queue_record_says_whether_the_box_ran_that_record_to_the_end(module_runner, tmp_path):
+    """launch's relaunch gives the record it would write: queue_done is true only for a job that is not running, whose
+    queue.json is that record (whitespace and key order aside) and whose every item of it exited 0."""
+    run_dir = tmp_path / "jobs"
+    final = {"item": None, "exit_code": 0, "started": "a", "finished": "b"}
+    queue_json(make_job(run_dir, "a", final=final, items=[("000", 0), ("002", 0)]), ["000", "002"], 3)
+    queue_json(make_job(run_dir, "b", final=final, items=[("000", 0), ("002", 1)]), ["000", "002"], 3)
+    record = json.loads((run_dir / "a" / "queue.json").read_text())
+    same = json.dumps(record, indent=4, sort_keys=False)
+
+    def done(name, text):
+        return report(module_runner, {"run_dir": str(run_dir), "name": name, "queue_record": text})["jobs"][0]
+
+    assert done("a", same)["queue_done"] is True
+    assert done("a", json.dumps(dict(record, run_id="other")))["queue_done"] is False  # another run
+    assert done("a", json.dumps(dict(record, queue_length=4)))["queue_done"] is False  # another queue
+    record_b = json.loads((run_dir / "b" / "queue.json").read_text())
+    assert done("b", json.dumps(record_b))["queue_done"] is False  # item 002 failed: it runs again
+    assert done("missing", same)["queue_done"] is False
+    assert "queue_done" not in report(module_runner, {"run_dir": str(run_dir), "name": "a"})["jobs"][0]
+    for args, words in (({"name": "a", "queue_record": "not json"}, "queue_record is not JSON"),
+                        ({"name": "a", "queue_record": "[1]"}, "must be a JSON object"),
+                        ({"queue_record": same}, "applies to name only")):
+        failed, result = module_runner(job_status, dict({"run_dir": str(run_dir), "fail_on": "never"}, **args))
+        assert failed and words in result["msg"], result
+
+
 @pytest.mark.parametrize("text", ["not json", "[]", '{"version": 2, "items": [{"item": "000"}]}',
                                   '{"version": 1, "items": []}', '{"version": 1, "items": [{"item": "../x"}]}',
                                   '{"version": 1, "items": [{"item": "000"}, {"item": "000"}]}'])

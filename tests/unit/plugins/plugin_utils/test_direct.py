@@ -94,7 +94,8 @@ def test_job_status_runs_from_stdin_and_expands_paths_as_the_remote_user(tmp_pat
     home = tmp_path / "home"
     (home / "data").mkdir(parents=True)
     shared = direct.prepare("job_status")
-    params = {"name": "train", "log_path": None, "queue_length": 0, "jobs": None, "run_dir": str(tmp_path / "jobs"),
+    params = {"name": "train", "log_path": None, "queue_length": 0, "queue_record": None, "jobs": None,
+              "run_dir": str(tmp_path / "jobs"),
               "progress_regex": None, "stale_minutes": 30, "hung_minutes": 60, "tail_lines": 20, "scan_timeout": 30,
               "paths": ["~/data"], "warn_pct": 85, "fail_pct": 95, "gpu": False, "timeout": 15, "kernel_log": "auto",
               "cgroup_root": "/sys/fs/cgroup", "fail_on": "never"}
