@@ -84,16 +84,26 @@ def launch_done(items, probe=None, record=None):
     return queue_done(jobs[0], wanted, [row["item"] for row in items])
 
 
+def done_run(items, probe=None, record=None):
+    """The run whose every item this host finished before, under the same queue record, or None: the probe's own
+    ``queue_done`` (job_status given the record), else launch_done with ``record``."""
+    jobs = (probe or {}).get("jobs") or ()
+    if len(jobs) == 1 and isinstance(jobs[0], dict) and jobs[0].get("queue_done") is True:
+        return jobs[0].get("run_id")
+    if launch_done(items, probe, record):
+        return json.loads(record).get("run_id")
+    return None
+
+
 def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None,
-                  record=None, done=None, run_id=None):
+                  record=None):
     """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
     job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
     is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
     ``name``: the job's name, said of a job that runs; ``record``: the queue record this launch would write, whose
     run is said of a host whose items were all done before this launch under that record (launch_done), where
-    nothing was pushed or changed. ``done`` (with ``run_id``) says the same without the record: the caller already
-    knows (the launch role: its prepare step did not run on a host with items whose job is not running, which
-    happens only when launch_done held), so the record is not templated a second time."""
+    nothing was pushed or changed. A probe given the record itself (job_status's queue_record) says so in its
+    ``queue_done``, and ``record`` is then not needed."""
     ids = [row["item"] for row in items or ()]
     if not ids:
         return "%s: no items" % host
@@ -103,10 +113,10 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
             host, name, running[0].get("pid"), " ".join(ids))
     if running:
         return "%s: running (pid %s), left alone (items %s)" % (host, running[0].get("pid"), " ".join(ids))
-    if done is True or (done is None and launch_done(items, probe, record)):
+    run_id = done_run(items, probe, record)
+    if run_id is not None:
         return ("%s: all %d item(s) of run %s were done: nothing pushed or changed (items %s; a new launch_name "
-                "runs the queue again)" % (host, len(ids), run_id if done is True else json.loads(record).get("run_id"),
-                                           " ".join(ids)))
+                "runs the queue again)" % (host, len(ids), run_id, " ".join(ids)))
     if environment_only is True:
         return ("%s: no GPU: environment-only mode: the environment is applied, the queue is not started (items %s; "
                 "launch_no_gpu_ok=true runs launch_command without a GPU)" % (host, " ".join(ids)))

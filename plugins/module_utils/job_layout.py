@@ -304,9 +304,8 @@ def queue_done(job, wanted, ids=None):
     """Whether ``job`` (one entry of job_status's ``jobs``) has nothing left to run under the queue record whose digest
     is ``wanted`` (record_digest): the job is not running, its queue record on the box (launch's queue.json) has that
     digest, and every item of it (``ids``, by default the record's ``queue_items``) finished with exit code 0
-    (is_done, the queue runner's own test).
-    False when anything is unknown or different: a job whose liveness is unknown, another record, an item that failed
-    or never ran, a record with no item."""
+    (is_done, the queue runner's own test). False when anything is unknown or different: a job whose liveness is
+    unknown, another record, an item that failed or never ran, a record with no item."""
     if not isinstance(job, dict) or job.get("alive") is not False or job.get("items_source") != "launch":
         return False
     if not wanted or job.get("queue_sha256") != wanted:

@@ -151,15 +151,19 @@ def test_launch_done_report_names_the_run():
     assert FILTERS["launch_done"]([], probe_of(), RECORD) is False
 
 
-def test_done_says_what_the_record_would_without_it():
-    # the launch role passes done=true where its push did not run on a host whose job is not running (launch_done
-    # held there): the line is the record's, naming run_id; no record is read
-    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), done=True, run_id="r1")
+def test_a_probe_given_the_record_says_what_the_record_would():
+    # the launch role gives job_status the record (queue_record): its queue_done and run_id make the line, without
+    # the record on the controller
+    probe = probe_of()
+    probe["jobs"][0].update(queue_done=True, run_id="r1")
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe)
     assert line == FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), record=RECORD)
-    # a job that runs and a host without items are said as before, whatever done says
-    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(alive=True), done=True, run_id="r1",
-                                    name="train").startswith("lab-01: train is running")
-    assert FILTERS["launch_report"]([], "lab-01", done=True, run_id="r1") == "lab-01: no items"
-    # done=false never gives the line, even with a record that would
-    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe_of(), record=RECORD, done=False)
+    # a job that runs and a host without items are said as before, whatever queue_done says
+    running = probe_of(alive=True)
+    running["jobs"][0].update(queue_done=True, run_id="r1")
+    assert FILTERS["launch_report"](ITEMS, "lab-01", probe=running, name="train").startswith("lab-01: train is running")
+    assert FILTERS["launch_report"]([], "lab-01", probe=probe) == "lab-01: no items"
+    # queue_done false is not done
+    probe["jobs"][0]["queue_done"] = False
+    line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe)
     assert "were done" not in line and line == "lab-01: all 2 item(s) done, not started"
