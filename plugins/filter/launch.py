@@ -139,8 +139,30 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
     return line
 
 
+def launch_left_alone(plan, hosts, probes):
+    """The report lines of the hosts that launch leaves alone, in the order of ``hosts``: each with no items in
+    ``plan`` (queue_assign's), or whose probe (``probes``, job_status's registered results, in the order of ``hosts``)
+    found its job running or every item done under this launch's queue record. A host with items whose probe did not
+    run (its variables break a rule) is not left alone: it goes on to prepare, and stops there."""
+    try:
+        plan, hosts, probes = list(plan), list(hosts), list(probes)
+        if len(probes) != len(hosts):
+            raise ValueError("%d probes for %d hosts" % (len(probes), len(hosts)))
+        lines = []
+        for host, probe in zip(hosts, probes):
+            items = [row for row in plan if row["host"] == host]
+            jobs = (probe or {}).get("jobs") or ()
+            job = jobs[0] if len(jobs) == 1 and isinstance(jobs[0], dict) else {}
+            if not items or job.get("alive") is True or job.get("queue_done") is True:
+                lines.append(launch_report(items, host, probe=probe, name=job.get("name")))
+        return lines
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise AnsibleFilterError("launch_left_alone: the input must be queue_assign's plan, the play's hosts and their "
+                                 "job_status results (%s)" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {"queue_table": queue_table, "launch_scripts": launch_scripts, "launch_onstart": launch_onstart,
                 "launch_record": launch_record, "launch_done": launch_done,
-                "launch_report": launch_report}
+                "launch_report": launch_report, "launch_left_alone": launch_left_alone}

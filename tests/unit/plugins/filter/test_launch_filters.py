@@ -167,3 +167,24 @@ def test_a_probe_given_the_record_says_what_the_record_would():
     probe["jobs"][0]["queue_done"] = False
     line = FILTERS["launch_report"](ITEMS, "lab-01", probe=probe)
     assert "were done" not in line and line == "lab-01: all 2 item(s) done, not started"
+
+
+def test_the_hosts_left_alone_are_said_from_their_probes_and_the_others_not():
+    plan = [{"item": "000", "host": "lab-01", "arg": "a"}, {"item": "001", "host": "lab-02", "arg": "b"},
+            {"item": "002", "host": "lab-03", "arg": "c"}, {"item": "003", "host": "lab-04", "arg": "d"}]
+    hosts = ["lab-01", "lab-02", "lab-03", "lab-04", "lab-05"]
+    probes = [{"jobs": [{"name": "train", "alive": True, "pid": 7}]},
+              {"jobs": [{"name": "train", "alive": False, "queue_done": True, "run_id": "r1"}]},
+              {"jobs": [{"name": "train", "alive": False, "queue_done": False}]},  # items left: it prepares
+              {"skipped": True},  # items, no probe (a rule broken): it prepares, and stops there
+              {"skipped": True}]  # no items
+    assert FILTERS["launch_left_alone"](plan, hosts, probes) == [
+        "lab-01: train is running (pid 7): nothing pushed or changed (items 000)",
+        "lab-02: all 1 item(s) of run r1 were done: nothing pushed or changed (items 001; a new launch_name runs the "
+        "queue again)",
+        "lab-05: no items"]
+    assert FILTERS["launch_left_alone"](plan, hosts[2:4], probes[2:4]) == []
+    with pytest.raises(AnsibleFilterError, match="launch_left_alone: .*2 probes for 3 hosts"):
+        FILTERS["launch_left_alone"](plan, hosts[:3], probes[:2])
+    with pytest.raises(AnsibleFilterError, match="launch_left_alone: the input must be queue_assign's plan"):
+        FILTERS["launch_left_alone"]([{"item": "000"}], hosts[:1], probes[:1])
