@@ -5,6 +5,8 @@ the right type that breaks one of launch's rules stops the host before launch wr
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pbhelpers import REPO, run_playbook
@@ -108,4 +110,31 @@ def test_a_value_that_breaks_a_launch_rule_stops_the_host_before_the_push(local_
     assert "TASK [remote_gpu.trainer.launch : %s]" % LAUNCH_RULES in out, out
     assert words in out, out
     assert "changed=0" in out and "failed=1" in out, out
+    assert not data.exists(), "launch wrote to the box before it refused: %s" % sorted(data.rglob("*"))
+
+
+def test_the_launch_role_ends_itself_not_the_play_on_a_host_it_leaves_alone(tmp_path):
+    """A site playbook that imports the role and does more after it: the host with no item is left alone (the role
+    ends there by meta end_role, judged on the controller) and goes on with the site's next task; the host that
+    breaks a rule stops at the rules before anything is written, and runs nothing after."""
+    (tmp_path / "group_vars").symlink_to(REPO / "group_vars")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("local:\n  hosts:\n    box-a:\n      ansible_connection: local\n      launch_sampler_interval: 0\n"
+                         "    box-b:\n      ansible_connection: local\n")
+    site = tmp_path / "site.yml"
+    site.write_text("---\n- name: Launch, then the site's own task\n  hosts: local\n  gather_facts: false\n  tasks:\n"
+                    "    - name: Launch\n      ansible.builtin.import_role:\n        name: remote_gpu.trainer.launch\n"
+                    "    - name: After launch\n      ansible.builtin.debug:\n"
+                    "        msg: \"after launch on {{ inventory_hostname }}\"\n")
+    data = tmp_path / "data"
+    proc = run_playbook(site, inventory, "-e", "launch_src=%s" % tmp_path, "-e", "launch_command=true",
+                        "-e", "trainer_data_dir=%s" % data, "-e", '{"launch_queue": ["only"]}', cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "box-b: no items" in out, out  # item 000 is box-a's (sorted hosts)
+    assert "after launch on box-b" in out and "after launch on box-a" not in out, out
+    assert "TASK [remote_gpu.trainer.launch : %s]" % LAUNCH_RULES in out, out
+    assert "launch_sampler_interval must be more than 0" in out, out
+    assert re.search(r"box-a\s+: ok=\d+\s+changed=0 .* failed=1", out), out
+    assert re.search(r"box-b\s+: ok=\d+\s+changed=0 .* failed=0", out), out
     assert not data.exists(), "launch wrote to the box before it refused: %s" % sorted(data.rglob("*"))
