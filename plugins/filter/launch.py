@@ -84,12 +84,18 @@ def launch_done(items, probe=None, record=None):
     return queue_done(jobs[0], wanted, [row["item"] for row in items])
 
 
+def probed_job(probe):
+    """The one job entry of a job_status result given one name, or {} (a skipped probe, or anything else)."""
+    jobs = (probe or {}).get("jobs") or ()
+    return jobs[0] if len(jobs) == 1 and isinstance(jobs[0], dict) else {}
+
+
 def done_run(items, probe=None, record=None):
     """The run whose every item this host finished before, under the same queue record, or None: the probe's own
     ``queue_done`` (job_status given the record), else launch_done with ``record``."""
-    jobs = (probe or {}).get("jobs") or ()
-    if len(jobs) == 1 and isinstance(jobs[0], dict) and jobs[0].get("queue_done") is True:
-        return jobs[0].get("run_id")
+    job = probed_job(probe)
+    if job.get("queue_done") is True:
+        return job.get("run_id")
     if launch_done(items, probe, record):
         return json.loads(record).get("run_id")
     return None
@@ -151,8 +157,7 @@ def launch_left_alone(plan, hosts, probes):
         lines = []
         for host, probe in zip(hosts, probes):
             items = [row for row in plan if row["host"] == host]
-            jobs = (probe or {}).get("jobs") or ()
-            job = jobs[0] if len(jobs) == 1 and isinstance(jobs[0], dict) else {}
+            job = probed_job(probe)
             if not items or job.get("alive") is True or job.get("queue_done") is True:
                 lines.append(launch_report(items, host, probe=probe, name=job.get("name")))
         return lines
