@@ -10,6 +10,7 @@ Standard library only (with job_layout.py, inode_check.py and fsbudget.py), Pyth
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
@@ -23,6 +24,10 @@ class JobError(Exception):
 
 
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# the job-environment fragments of an env_dir (the job_env role's NN-name.sh files), as ansible.builtin.find's
+# patterns would match them
+FRAGMENT_PATTERN = "[0-9][0-9]-*.sh"
+MAX_FRAGMENTS = 256
 MAX_STOP_TIMEOUT = 86400
 DISK_REFUSE_PCT = 99
 
@@ -69,6 +74,35 @@ def validate_env_file(env_file):
                        "file, or remove it from env_files" % env_file)
     if not os.access(env_file, os.R_OK):
         raise JobError("env file %s is not readable by this user: fix its permissions" % env_file)
+
+
+def env_dir_files(env_dir):
+    """The job-environment fragments in the directory ``env_dir``, in name order (bytewise, as in the C locale): its
+    regular files whose names match FRAGMENT_PATTERN. Links and other types are left out (not followed), as are
+    subdirectories; a missing ``env_dir`` holds none. JobError when it is not a directory, cannot be listed, holds
+    more than MAX_FRAGMENTS fragments, or a fragment is not readable."""
+    if env_dir is None:
+        return []
+    absolute(env_dir, "env_dir")
+    names = []
+    try:
+        with os.scandir(env_dir) as entries:
+            for entry in entries:
+                if fnmatch.fnmatchcase(entry.name, FRAGMENT_PATTERN) and entry.is_file(follow_symlinks=False):
+                    names.append(entry.name)
+                    if len(names) > MAX_FRAGMENTS:
+                        raise JobError("env_dir %s holds more than %d fragments (%s): remove the stale ones"
+                                       % (env_dir, MAX_FRAGMENTS, FRAGMENT_PATTERN))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise JobError("env_dir %s is not a directory: name the directory of the fragments, or omit env_dir" % env_dir)
+    except OSError as exc:
+        raise JobError("env_dir %s cannot be listed: %s: fix its permissions" % (env_dir, exc.strerror))
+    files = [os.path.join(env_dir, name) for name in sorted(names)]
+    for env_file in files:
+        validate_env_file(env_file)
+    return files
 
 
 def validate(module):

@@ -20,7 +20,8 @@ description:
     The job runs through a wrapper script C(<run_dir>/<name>/wrapper-<sha>.sh). A changed command or environment
     gets a new wrapper file; a wrapper that may be running is never rewritten (bash reads a running script by
     byte offset). The wrapper writes its PID and C(/proc) start time to C(job.pid) and C(job.starttime), appends
-    C(==== trainer: started <iso time> pid <pid> ====) to the log, sources O(env_files) in order, exports
+    C(==== trainer: started <iso time> pid <pid> ====) to the log, sources O(env_files) in order, then the
+    fragments of O(env_dir), exports
     C(PYTHONUNBUFFERED=1) and O(env), runs the command with stdout and stderr appended to the log, and writes
     C(status.json) (C(item), C(exit_code), C(started), C(finished)) when the command ends or is stopped, with the
     collection's C(job_layout) helper run by the interpreter that runs this module, from C(<run_dir>/<name>/lib/).
@@ -76,9 +77,19 @@ options:
     type: list
     elements: path
     default: []
+  env_dir:
+    description:
+      - A directory of job-environment fragments, such as the one the P(remote_gpu.trainer.job_env#role) role
+        writes (C(~/.trainer/env.d)). Its regular files whose names match C([0-9][0-9]-*.sh) are sourced after
+        O(env_files), in name order (bytewise, as in the C locale), as they are when the job starts.
+      - Symbolic links, subdirectories and other files in it are left out, never followed. A missing directory
+        holds no fragment; a path that is not a directory, a directory that cannot be listed, or more than 256
+        fragments fails the task, naming it.
+      - Ignored with O(state=stopped) and O(state=resumed) (the wrapper holds the files it sources).
+    type: path
   env:
     description:
-      - Extra environment variables exported before the command (after O(env_files)).
+      - Extra environment variables exported before the command (after O(env_files) and O(env_dir)).
       - Keys are shell variable names (ASCII letters, digits and C(_), not starting with a digit); values are
         strings or numbers, never null, lists or mappings.
     type: dict
@@ -98,7 +109,8 @@ options:
       - V(restarted) stops the job if it is running, then starts it.
       - V(resumed) starts the job's recorded wrapper again (the one C(job.meta.json) names; the meta must be the
         job's own, see the notes), detached as it was started (tmux, else nohup), unless the job runs or has
-        finished with exit code 0. O(command), O(env_files) and O(env) are not needed, the wrapper holds them.
+        finished with exit code 0. O(command), O(env_files), O(env_dir) and O(env) are not needed, the wrapper
+        holds them.
         For a queue that launch started, the wrapper runs its queue runner, which skips the finished items and
         retries only the sync of an item that trained, so the queue resumes at its first unfinished item (what
         launch's onstart hook and the autopilot's heal do).
@@ -130,6 +142,12 @@ EXAMPLES = r"""
     env:
       OMP_NUM_THREADS: "12"
   register: job
+
+- name: Start a job that sources the job environment's fragments (~/.trainer/env.d/NN-*.sh) as they are now
+  remote_gpu.trainer.detached_job:
+    name: sweep-a
+    command: [bash, /root/project/sweep.sh]
+    env_dir: ~/.trainer/env.d
 
 - name: Start the job again as it was started (after a reboot), unless it runs or finished
   remote_gpu.trainer.detached_job:
@@ -176,6 +194,14 @@ run_dir:
   type: str
   returned: always
   sample: /root/.trainer/jobs
+env_files:
+  description:
+    - The files the new wrapper sources, in order (O(env_files), then the fragments of O(env_dir)).
+    - Empty when this call writes no wrapper (the job runs, has finished, is stopped or resumed).
+  type: list
+  elements: str
+  returned: always
+  sample: [/etc/network_turbo, /root/.trainer/env.d/10-network_turbo.sh]
 wrapper:
   description: The wrapper script that runs (or would run) the job; null when unknown.
   type: str
@@ -200,7 +226,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.log_safe import
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import C_LOCALE
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import atomic, cgroup, job_layout, procfs
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_wrapper
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.detached_job import JobError, check_disks, check_log, validate
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.detached_job import (
+    JobError, check_disks, check_log, env_dir_files, validate)
 
 PID_WAIT_SECONDS = 10
 POLL_SECONDS = 0.1
@@ -220,6 +247,7 @@ def build_module():
             run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
             log_path=dict(type="path"),
             env_files=dict(type="list", elements="path", default=[]),
+            env_dir=dict(type="path"),
             env=dict(type="dict", default={}),
             detach=dict(type="str", choices=["auto", "tmux", "nohup"], default="auto"),
             state=dict(type="str", choices=["started", "stopped", "restarted", "resumed"], default="started"),
@@ -246,16 +274,16 @@ def choose_detach(module):
     return "nohup"
 
 
-def prepare(module, paths):
-    """Check the log, then write the wrapper (a new versioned file, never over an existing one) and the library it
-    calls -> its path.
+def prepare(module, paths, env_files):
+    """Check the log, then write the wrapper (a new versioned file, never over an existing one) that sources
+    ``env_files`` and the library it calls -> its path.
 
     The wrapper writes the final status.json with job_layout.py, run by this module's interpreter from
     ``<job dir>/lib``.
     """
     params = module.params
     lib_dir = paths["lib_dir"]
-    text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], params["env_files"],
+    text = job_wrapper.wrapper_text(params["name"], paths, params["command"], params["chdir"], env_files,
                                     params["env"], python=sys.executable, lib_dir=lib_dir)
     wrapper = os.path.join(paths["job_dir"], job_wrapper.wrapper_name(text))
     if module.check_mode:
@@ -419,7 +447,9 @@ def run(module, result):
         return
     detach = choose_detach(module)
     check_disks(paths)
-    result["wrapper"] = prepare(module, paths)
+    env_files = params["env_files"] + env_dir_files(params["env_dir"])
+    result["wrapper"] = prepare(module, paths, env_files)
+    result["env_files"] = env_files
     result.update(detach=detach, changed=True, started=True)
     if module.check_mode:
         result["msg"] = "would start %s under %s" % (name, detach)
@@ -436,7 +466,8 @@ def main():
     module = build_module()
     module.run_command_environ_update = dict(C_LOCALE)
     result = dict(changed=False, pid=None, running=False, started=False, detach=None,
-                  log_path=module.params["log_path"], run_dir=module.params["run_dir"], wrapper=None, msg="")
+                  log_path=module.params["log_path"], run_dir=module.params["run_dir"], wrapper=None, env_files=[],
+                  msg="")
     try:
         run(module, result)
     except JobError as exc:

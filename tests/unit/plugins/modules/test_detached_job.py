@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import detached_job as detached_job_utils
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import procfs
 from ansible_collections.remote_gpu.trainer.plugins.modules import detached_job, job_status
 
@@ -291,6 +292,45 @@ def test_env_files_env_chdir_and_argv_list(module_runner, run_dir, tmp_path):
     assert any(f["code"] == "job_meta_untrusted" for f in report["findings"])
     report = status(module_runner, run_dir, "env", log_path=str(tmp_path / "logs" / "env.log"))  # the task's word
     assert report["jobs"][0]["log_path"] == str(tmp_path / "logs" / "env.log")
+
+
+def test_env_dir_sources_its_fragments_in_name_order_and_follows_no_link(module_runner, run_dir, tmp_path):
+    env_dir = tmp_path / "env.d"
+    env_dir.mkdir()
+    (env_dir / "20-second.sh").write_text('export ORDER="${ORDER}b"\n')
+    (env_dir / "10-first.sh").write_text('export ORDER="${ORDER}a"\n')
+    (env_dir / "README.sh").write_text("export ORDER=not-a-fragment\n")  # no NN- prefix
+    (env_dir / "30-off.sh.bak").write_text("export ORDER=backup\n")
+    (env_dir / "40-sub.sh").mkdir()
+    outside = tmp_path / "outside.sh"
+    outside.write_text("export ORDER=followed-a-link\n")
+    (env_dir / "50-link.sh").symlink_to(outside)
+    hook = tmp_path / "hook.sh"
+    hook.write_text('export ORDER="${ORDER}0"\n')
+    failed, result = start(module_runner, run_dir, "frag", ["bash", "-c", 'echo "order=$ORDER"'], detach="nohup",
+                           env_files=[str(hook)], env_dir=str(env_dir))
+    assert not failed, result
+    assert result["env_files"] == [str(hook), str(env_dir / "10-first.sh"), str(env_dir / "20-second.sh")]
+    assert wait_for(lambda: finished(run_dir, "frag"))
+    assert "order=0ab" in (run_dir / "frag" / "job.log").read_text()
+
+
+def test_env_dir_missing_holds_none_and_a_file_or_too_many_fail_naming_it(module_runner, run_dir, tmp_path):
+    failed, result = start(module_runner, run_dir, "none", "true", env_dir=str(tmp_path / "absent"),
+                           _ansible_check_mode=True)
+    assert not failed and result["env_files"] == [] and result["started"], result
+    not_dir = tmp_path / "env.d"
+    not_dir.write_text("")
+    failed, result = start(module_runner, run_dir, "file", "true", env_dir=str(not_dir))
+    assert failed and "env_dir %s is not a directory" % not_dir in result["msg"], result
+    assert not (run_dir / "file").exists()  # refused before anything was written
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for index in range(detached_job_utils.MAX_FRAGMENTS + 1):
+        (crowded / ("%02d-%d.sh" % (index % 100, index))).write_text("")
+    failed, result = start(module_runner, run_dir, "many", "true", env_dir=str(crowded))
+    assert failed and "more than %d fragments" % detached_job_utils.MAX_FRAGMENTS in result["msg"], result
+    assert not (run_dir / "many").exists()
 
 
 def test_missing_env_file_and_bad_input_fail_cleanly(module_runner, run_dir, tmp_path):
