@@ -18,7 +18,8 @@ description:
     M(remote_gpu.trainer.env_audit) (O(env)) in one Python process on the box: one SSH execution per host instead of
     three. The checks are the same code as those modules' (C(module_utils/storage_probe.py), C(gpu_health.py),
     C(env_probe.py)), so they give the same findings, and each one's result is returned under the module's name
-    (RV(inode_check), RV(gpu_health), RV(env_audit)), as that module returns it."
+    (RV(inode_check), RV(gpu_health), RV(env_audit)), as that module returns it. The same run looks at the paths
+    of O(stat), as M(ansible.builtin.stat) would, without a run of its own."
   - The GPU check runs in a thread of its own, and the environment's reads (cgroup, the torch import in a child
     process) in another, while the storage is checked. The GPU sampling (C(sample_seconds) of O(gpu)) overlaps the other
     checks instead of adding to them. The environment is judged last, with what the GPU check found.
@@ -59,6 +60,17 @@ options:
         the GPU check found.
     type: dict
     default: {}
+  stat:
+    description:
+      - Paths to look at without following a link (C(lstat)), as M(ansible.builtin.stat) with C(follow=false) looks
+        at them, in the same run; for example a proxy hook that must be a regular file, or the place of a link that
+        is to be made. Each one's answer is in RV(stat).
+      - At most 64, each an absolute path (C(~) is the remote user's home). A path that is absent, or under
+        something that is not a directory, does not exist; one that cannot be looked at for another reason (a
+        directory on its way that this user cannot search) fails the task, naming it.
+    type: list
+    elements: str
+    default: []
 notes:
   - The findings, their codes and levels are those of the three modules; see their documentation.
   - Reading the kernel log may need root (C(become)) or membership of the C(systemd-journal) or C(adm) group.
@@ -83,6 +95,7 @@ EXAMPLES = r"""
       platform_stop_hint: "shutdown (power off in the AutoDL console)"
     env:
       proxy_hook: /etc/network_turbo
+    stat: [/etc/network_turbo, /root/tf-logs/exp42]
     fail_on: never
   register: probe
 
@@ -125,6 +138,18 @@ env_audit:
   sample:
     {status: PASS, findings: [], torch: null, cgroup: {}, proxy_hook: {path: null, present: null},
      python: {executable: /usr/bin/python3, version: 3.11.2}}
+stat:
+  description:
+    - For each path of O(stat), as given (before C(~) is expanded), the keys M(ansible.builtin.stat) returns under C(stat) for it with
+      C(follow=false) that say what it is - C(exists), C(isreg), C(isdir), C(islnk) and C(lnk_target) (what the
+      link reads, null when it is no link). Every key but C(exists) is false (or null) for a path that does not
+      exist.
+    - Empty when the task failed before the paths were looked at.
+  type: dict
+  returned: always
+  sample:
+    {/etc/network_turbo: {exists: true, isreg: true, isdir: false, islnk: false, lnk_target: null},
+     /root/tf-logs/exp42: {exists: false, isreg: false, isdir: false, islnk: false, lnk_target: null}}
 seconds:
   description:
     - Wall seconds each check took (C(storage), C(gpu), C(env)) and the whole probe (C(total)), rounded to ms.
@@ -134,6 +159,9 @@ seconds:
   sample: {storage: 0.012, gpu: 5.21, env: 1.35, total: 5.22}
 """
 
+import errno
+import os
+import stat
 import threading
 import time
 
@@ -150,6 +178,7 @@ CHECKS = (("gpu", "gpu_health"), ("storage", "inode_check"), ("env", "env_audit"
 # env_audit's options, but the GPU facts default to what the GPU check found
 ENV_SPEC = dict(env_probe.ARGUMENT_SPEC, gpus_expected=dict(type="bool"),
                 gpu_names=dict(type="list", elements="str"))
+MAX_STAT_PATHS = 64
 ERRORS = (storage_probe.InodeCheckError, gpu_health.GpuHealthError, env_probe.EnvAuditError)
 # each check's suboptions: (name, its module's argument spec, its own checks)
 SECTIONS = (("storage", storage_probe.ARGUMENT_SPEC, storage_probe.validate),
@@ -206,7 +235,40 @@ def validate(params):
             check(checked[name])
         except (ValueError,) + ERRORS as exc:
             return None, "%s: %s" % (name, exc)
-    return checked, None
+    problem = validate_stat(params["stat"])
+    return (None, problem) if problem else (checked, None)
+
+
+def validate_stat(paths):
+    """The paths of the option stat -> None, or the message that says what is wrong with them."""
+    if len(paths) > MAX_STAT_PATHS:
+        return "stat: at most %d paths, got %d: look at the others in a task of their own" % (
+            MAX_STAT_PATHS, len(paths))
+    for path in paths:
+        if "\x00" in path or not os.path.isabs(os.path.expanduser(path)):
+            return "stat: %r is not an absolute path: give the full path (or start it with ~)" % path
+    return None
+
+
+def look_at(paths):
+    """{path as given: what it is, without following a link} for each of ``paths`` (``~`` expanded), as
+    ansible.builtin.stat's ``stat`` keys (exists, isreg, isdir, islnk, lnk_target). An absent path, or one under a
+    non-directory, does not exist; any other OSError is raised."""
+    answers = {}
+    for given in paths:
+        path = os.path.expanduser(given)
+        answer = dict(exists=False, isreg=False, isdir=False, islnk=False, lnk_target=None)
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                raise
+        else:
+            answer.update(exists=True, isreg=stat.S_ISREG(mode), isdir=stat.S_ISDIR(mode), islnk=stat.S_ISLNK(mode))
+            if answer["islnk"]:
+                answer["lnk_target"] = os.readlink(path)
+        answers[given] = answer
+    return answers
 
 
 def timed(func, *args):
@@ -226,6 +288,11 @@ def run_probe(module, params):
         results["inode_check"], seconds["storage"] = timed(storage_probe.run, params["storage"])
     except storage_probe.InodeCheckError as exc:
         errors.append("storage: %s" % exc)
+    try:
+        results["stat"] = look_at(params["stat"])
+    except OSError as exc:
+        results["stat"] = {}
+        errors.append("stat: cannot look at %s: %s" % (exc.filename, exc.strerror))
     try:
         results["gpu_health"] = gpu.result()
     except gpu_health.GpuHealthError as exc:
@@ -261,6 +328,7 @@ MODULE_OPTIONS = dict(
         storage=dict(type="dict", required=True),
         gpu=dict(type="dict", default={}),
         env=dict(type="dict", default={}),
+        stat=dict(type="list", elements="str", default=[]),
         fail_on=FAIL_ON_OPTION,
     ),
     supports_check_mode=True,
@@ -273,7 +341,7 @@ def build_module():
 
 
 def empty_result():
-    return dict(changed=False, status="FAIL", inode_check=None, gpu_health=None, env_audit=None, seconds={})
+    return dict(changed=False, status="FAIL", inode_check=None, gpu_health=None, env_audit=None, stat={}, seconds={})
 
 
 def main():

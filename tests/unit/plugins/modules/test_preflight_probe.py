@@ -189,3 +189,47 @@ def test_omitted_gpu_and_env_take_every_default(module_runner, tmp_path, monkeyp
     assert not failed, result
     assert [f["code"] for f in result["gpu_health"]["findings"]][:1] == ["driver_unavailable"]
     assert result["env_audit"]["proxy_hook"] == {"path": None, "present": None}
+
+
+def test_stat_answers_as_ansible_stat_without_following_links(module_runner, tmp_path, monkeypatch):
+    """The option stat against ansible.builtin.stat (follow=false) itself, on a file, a directory, a link (dangling),
+    a link to a directory, an absent path, a path under a file, and ~ (the answer keyed by the path as given)."""
+    from ansible.modules import stat as ansible_stat
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "hook").write_text("export http_proxy=http://127.0.0.1:1\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "to-logs").symlink_to(tmp_path / "logs")
+    paths = [str(tmp_path / name) for name in ("hook", "logs", "dangling", "to-logs", "absent", "hook/under")]
+    failed, result = module_runner(preflight_probe, {"storage": {"paths": [str(tmp_path)]}, "gpu": gpu_args(str(QUIET_LOG)),
+                                                     "env": {"torch": False}, "stat": paths + ["~/hook"],
+                                                     "fail_on": "never"})
+    assert not failed, result
+    assert list(result["stat"]) == paths + ["~/hook"]
+    for path in paths[:-1]:
+        stat_failed, theirs = module_runner(ansible_stat, {"path": path, "follow": False, "get_checksum": False})
+        assert not stat_failed, theirs
+        ours = result["stat"][path]
+        assert ours["exists"] == theirs["stat"]["exists"], path
+        for key in ("isreg", "isdir", "islnk", "lnk_target"):
+            assert ours[key] == theirs["stat"].get(key, ours[key] if not ours["exists"] else None), (path, key)
+    # under a file: ansible.builtin.stat fails the task ("Not a directory"); here it does not exist, and launch says
+    # what is missing instead
+    stat_failed, theirs = module_runner(ansible_stat, {"path": paths[-1], "follow": False})
+    assert stat_failed and theirs["msg"] == "Not a directory" and result["stat"][paths[-1]]["exists"] is False
+    assert result["stat"]["~/hook"] == result["stat"][paths[0]] and result["stat"][paths[0]]["isreg"]
+    assert result["stat"][paths[3]]["lnk_target"] == str(tmp_path / "logs") and not result["stat"][paths[3]]["isdir"]
+
+
+def test_stat_refuses_relative_or_too_many_paths_and_names_one_it_cannot_look_at(module_runner, tmp_path):
+    base = {"storage": {"paths": [str(tmp_path)]}, "gpu": {"nvidia_smi_path": str(tmp_path / "absent")},
+            "env": {"torch": False}, "fail_on": "never"}
+    failed, result = module_runner(preflight_probe, dict(base, stat=["etc/network_turbo"]))
+    assert failed and result["msg"].startswith("stat: 'etc/network_turbo' is not an absolute path"), result["msg"]
+    assert result["inode_check"] is None and result["stat"] == {}
+    failed, result = module_runner(preflight_probe, dict(base, stat=["/x%d" % n for n in range(65)]))
+    assert failed and result["msg"].startswith("stat: at most 64 paths, got 65"), result["msg"]
+    long_name = str(tmp_path / ("x" * 300))  # past NAME_MAX: lstat fails with ENAMETOOLONG, for root too
+    failed, result = module_runner(preflight_probe, dict(base, stat=[long_name]))
+    assert failed and result["msg"] == "stat: cannot look at %s: File name too long" % long_name, result["msg"]
+    assert result["inode_check"]["paths"]  # the other checks' results are kept
