@@ -300,6 +300,12 @@ def record_digest(record):
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+def pending_items(items_dir, ids):
+    """The ids, in the given order, whose ``items/<id>/status.json`` does not say exit code 0 (is_done): what the
+    queue runner would still run."""
+    return [item for item in ids if not is_done(read_record(item_status_path(items_dir, item)))]
+
+
 def queue_done(job, wanted, ids=None):
     """Whether ``job`` (one entry of job_status's ``jobs``) has nothing left to run under the queue record whose digest
     is ``wanted`` (record_digest): the job is not running, its queue record on the box (launch's queue.json) has that

@@ -158,9 +158,9 @@ def _rel(rel_dir, name):
 
 
 def pending(items_dir, ids):
-    """The ids, in the given order, whose ``items/<id>/status.json`` does not say exit code 0."""
-    return [item for item in ids
-            if not job_layout.is_done(job_layout.read_record(job_layout.item_status_path(items_dir, item)))]
+    """The ids, in the given order, whose ``items/<id>/status.json`` does not say exit code 0 (the onstart hook's
+    test, the same as job_status's queue_pending)."""
+    return job_layout.pending_items(items_dir, ids)
 
 
 def prune(output_dir, patterns, keep):

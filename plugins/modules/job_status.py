@@ -99,8 +99,11 @@ options:
         The queue record (JSON text, as the C(remote_gpu.trainer.launch_record) filter writes it) that the caller
         would write for the job named by O(name). Given, that job's entry in RV(jobs) has C(queue_done): whether the
         job is not running, its C(queue.json) on the box is this record (compared by digest, whitespace and key order
-        aside) and every item of it finished with exit code 0. The launch role gives it, so that its relaunch reads
-        one boolean instead of comparing the record on the controller.
+        aside) and every item of it finished with exit code 0, and C(queue_pending): the record's items whose
+        C(items/<item>/status.json) does not say exit code 0, in the record's order (what the queue runner would
+        still run), whichever record the box holds. The launch role gives it, so that its relaunch reads one boolean
+        instead of comparing the record on the controller, and its launch knows the items left without an SSH
+        execution more.
       - Only with O(name).
     type: str
   jobs:
@@ -250,7 +253,8 @@ jobs:
       this host's share of the queue, as the launch role recorded it in C(queue.json) (C(queue_items) are its ids,
       C(queue_length) the length of the whole queue, C(run_id) the run, C(queue_sha256) the digest of the whole
       record in a canonical form, null without one, which launch compares with the record it would write; with
-      O(queue_record), C(queue_done) says whether it is that record with every item done).
+      O(queue_record), C(queue_done) says whether it is that record with every item done, and C(queue_pending)
+      lists that record's items not done yet).
       C(queue_length) means the option of that
       name, and null means completion is not graded. With a record, only the share's items are counted.
     - C(items) lists the status file of each finished item that counts, in item order. C(state) is C(done),
@@ -454,8 +458,8 @@ MAX_TAIL_LINES = 10000
 
 
 def wanted_queue(params):
-    """The digest of O(queue_record) (job_layout.record_digest), or None without one; StatusError when it is not a
-    JSON object or is given without name."""
+    """(the digest of O(queue_record) (job_layout.record_digest), the ids of its items), or None without one;
+    StatusError when it is not a JSON object with an items list of valid ids, or is given without name."""
     if params["queue_record"] is None:
         return None
     if params["name"] is None:
@@ -467,7 +471,12 @@ def wanted_queue(params):
     if not isinstance(record, dict):
         raise StatusError("queue_record must be a JSON object (the launch_record filter's text), got %s"
                           % type(record).__name__)
-    return job_layout.record_digest(record)
+    items = record.get("items")
+    if not isinstance(items, list) or not all(
+            isinstance(entry, dict) and job_layout.valid_name(entry.get("item")) for entry in items):
+        raise StatusError("queue_record must hold a list of items, each an object with a valid id (letters, digits, "
+                          "'_', '.', '-'): give the launch_record filter's text")
+    return job_layout.record_digest(record), [entry["item"] for entry in items]
 
 
 def validate(params):
@@ -567,7 +576,9 @@ def run(module):
         findings.extend(job_notes)
         findings.extend(jobs.job_findings(job, params["stale_minutes"] * 60, params["hung_minutes"] * 60))
         if wanted is not None:
-            job["queue_done"] = job_layout.queue_done(job, wanted)
+            job["queue_done"] = job_layout.queue_done(job, wanted[0])
+            job["queue_pending"] = job_layout.pending_items(os.path.join(job["job_dir"], job_layout.ITEMS_DIR),
+                                                            wanted[1])
         reports.append(job)
     usages, path_findings = inode_check.path_usages(params["paths"], params["warn_pct"], params["fail_pct"])
     # a full disk names its largest consumers (the HF cache, pip's cache, checkpoints, per-sample files)

@@ -122,6 +122,28 @@ def test_queue_record_says_whether_the_box_ran_that_record_to_the_end(module_run
         assert failed and words in result["msg"], result
 
 
+def test_queue_pending_lists_the_items_of_the_given_record_not_done_yet(module_runner, tmp_path):
+    """What launch would still run: the given record's items whose status.json does not say exit code 0, in the
+    record's order, whichever record the box holds (the box's queue.json may be an earlier launch's)."""
+    run_dir = tmp_path / "jobs"
+    final = {"item": None, "exit_code": 0, "started": "a", "finished": "b"}
+    queue_json(make_job(run_dir, "a", final=final, items=[("000", 0), ("002", 1)]), ["000", "002"], 3)
+    record = json.loads((run_dir / "a" / "queue.json").read_text())
+
+    def pending(name, items):
+        text = json.dumps(dict(record, items=[{"item": item} for item in items]))
+        return report(module_runner, {"run_dir": str(run_dir), "name": name, "queue_record": text})["jobs"][0]
+
+    assert pending("a", ["002", "001", "000"])["queue_pending"] == ["002", "001"]  # 002 failed, 001 never ran
+    assert pending("a", ["000"])["queue_pending"] == [] and pending("a", ["000"])["queue_done"] is False
+    assert pending("missing", ["000", "001"])["queue_pending"] == ["000", "001"]
+    assert "queue_pending" not in report(module_runner, {"run_dir": str(run_dir), "name": "a"})["jobs"][0]
+    for items in ([{"item": "../x"}], ["000"], None):
+        failed, result = module_runner(job_status, {"run_dir": str(run_dir), "name": "a", "fail_on": "never",
+                                                    "queue_record": json.dumps(dict(record, items=items))})
+        assert failed and "queue_record must hold a list of items, each an object with a valid id" in result["msg"]
+
+
 @pytest.mark.parametrize("text", ["not json", "[]", '{"version": 2, "items": [{"item": "000"}]}',
                                   '{"version": 1, "items": []}', '{"version": 1, "items": [{"item": "../x"}]}',
                                   '{"version": 1, "items": [{"item": "000"}, {"item": "000"}]}'])
