@@ -157,12 +157,6 @@ def _rel(rel_dir, name):
     return name if rel_dir == "." else os.path.join(rel_dir, name).replace(os.sep, "/")
 
 
-def pending(items_dir, ids):
-    """The ids, in the given order, whose ``items/<id>/status.json`` does not say exit code 0 (the onstart hook's
-    test, the same as job_status's queue_pending)."""
-    return job_layout.pending_items(items_dir, ids)
-
-
 def prune(output_dir, patterns, keep):
     """Remove the entries directly under ``output_dir`` whose names match ``patterns``, except ``keep`` paths."""
     removed = []
@@ -491,7 +485,7 @@ def cli(argv=None):
     if args.cmd == "done":
         return 0 if job_layout.is_done(job_layout.read_record(args.status)) else 1
     if args.cmd == "pending":
-        sys.stdout.write(json.dumps(pending(args.items_dir, args.ids)) + "\n")
+        sys.stdout.write(json.dumps(job_layout.pending_items(args.items_dir, args.ids)) + "\n")
         return 0
     if args.cmd == "finish":
         code = job_layout.read_record(args.code) if args.code else None

@@ -123,8 +123,8 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     # included on each host instead of imported after a meta end_role, which runs in Ansible's main process and is
     # no task of the recap; 28 while the profile role's fail task, skipped where every profile is sound, still ran
     # on every host instead of ending after a meta end_role; 27 with the find of the fragments, the stat of the
-    # environment roles' paths and the command that listed the items not done). The first host carries the run-once tasks: one worker
-    # each for the whole fleet, so the other hosts run 4 fewer.
+    # environment roles' paths and the command that listed the items not done). The first host carries the run-once
+    # tasks: one worker each for the whole fleet, so the other hosts run 4 fewer.
     fresh = tasks_run(proc)
     assert fresh["lab-01"] <= 24 and all(fresh[host] <= 20 for host in HOSTS[1:]), fresh
     assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 6)

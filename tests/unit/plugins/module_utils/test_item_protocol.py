@@ -192,7 +192,7 @@ def test_a_failed_sync_is_the_state_sync_failed_with_the_files_not_durable(out, 
     assert sorted(os.listdir(str(out))) == ["best.pt", "latest.pt", "tmpdir"]  # nothing pruned
     status_file = tmp_path / "items" / "000" / "status.json"
     job_layout.write_status(str(status_file), status)
-    assert launch.pending(str(tmp_path / "items"), ["000"]) == ["000"]
+    assert job_layout.pending_items(str(tmp_path / "items"), ["000"]) == ["000"]
     # a resync copies only what launch recorded for the item (queue.json), never what a status alone names
     assert "no queue record of launch" in launch.resync_item(str(status_file))[0]["sync_error"]
     (tmp_path / "queue.json").write_text(json.dumps({"version": 1, "best": ["best*"], "items": [

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout, launch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -41,7 +41,7 @@ def test_pending_skips_only_exit_code_zero(tmp_path):
                        ("004", "not json")):
         (items / item).mkdir(parents=True)
         (items / item / "status.json").write_text(data if isinstance(data, str) else json.dumps(data))
-    assert launch.pending(str(items), ["000", "001", "002", "003", "004"]) == ["001", "002", "003", "004"]
+    assert job_layout.pending_items(str(items), ["000", "001", "002", "003", "004"]) == ["001", "002", "003", "004"]
 
 
 def test_finish_success_syncs_verified_then_prunes_and_prints_the_line_last(out, tmp_path):
@@ -203,7 +203,7 @@ def test_finish_writes_a_provisional_failed_status_before_anything_can_fail(out,
     status = json.loads(status_file.read_text())
     assert status["exit_code"] == 1 and status["command_exit_code"] == 0 and status["item"] == "000"
     assert "did not complete" in status["sync_error"] and status["host"] == "h" and status["arg"] == "a0"
-    assert not launch.pending(str(tmp_path / "items"), ["000"]) == []
+    assert not job_layout.pending_items(str(tmp_path / "items"), ["000"]) == []
 
 
 def test_finish_status_has_the_same_keys_as_the_provisional_one(out):
