@@ -1,4 +1,5 @@
-"""Shared pieces of the lab benchmarks: a private fleet, an SSH wrapper that counts executions, the seed scripts."""
+"""Shared pieces of the lab benchmarks: a private fleet, SSH wrappers that count and time executions, the seed
+scripts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 import pathlib
 import re
 import resource
+import shlex
 import shutil
 import stat
 import statistics
@@ -108,6 +110,42 @@ def counting_ssh(directory):
     wrapper.write_text("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n" % (log, real))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     return wrapper, log
+
+
+def timing_ssh(directory):
+    """An ssh wrapper that logs when each execution starts and ends (the clock of time.time()), then runs the real
+    ssh; (wrapper, log). Bash's EPOCHREALTIME reads the clock without starting a process, so the wrapper costs one
+    bash per execution on either side of a comparison."""
+    log = directory / "ssh-timeline.log"
+    wrapper = directory / "timing-ssh"
+    stamp = "printf '%%s %%s %%s\\n' %s \"$$\" \"${EPOCHREALTIME/,/.}\" >> " + shlex.quote(str(log))
+    wrapper.write_text("#!/bin/bash\n%s\n%s \"$@\"\nrc=$?\n%s\nexit $rc\n"
+                       % (stamp % "S", shlex.quote(shutil.which("ssh")), stamp % "E"))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return wrapper, log
+
+
+def ssh_timeline(text, start, end):
+    """Where a run's wall time went, from timing_ssh's log ``text`` of one run that started at ``start`` and ended
+    at ``end`` (time.time() seconds): {"executions", "first_start", "last_start", "median_ssh", "last_end", "end"},
+    each in seconds from ``start`` (median_ssh: the median time one execution took), or None without an
+    execution. An execution whose end was not logged (still running) counts up to ``end``."""
+    spans, running = [], {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) != 3 or words[0] not in ("S", "E"):
+            continue
+        if words[0] == "S":
+            running[words[1]] = float(words[2])
+        elif words[1] in running:
+            spans.append((running.pop(words[1]), float(words[2])))
+    spans.extend((at, end) for at in running.values())
+    if not spans:
+        return None
+    begins, ends = [at for at, _until in spans], [until for _at, until in spans]
+    return {"executions": len(spans), "first_start": min(begins) - start, "last_start": max(begins) - start,
+            "median_ssh": statistics.median(until - at for at, until in spans), "last_end": max(ends) - start,
+            "end": end - start}
 
 
 def executions_per_host(log, addresses):

@@ -22,7 +22,11 @@ lab both share this machine's cores, on a real fleet the boxes' work runs on the
 "network") is in neither; it is printed apart. Options: --no-direct adds patrol and preflight with the probes' direct
 run switched off (plugin_utils/direct: the probe actions are replaced, in a shadow copy of the collection, by ones
 that always run the module through AnsiballZ); --forks 32,128 adds patrol and the ping floor at each of those forks.
---json PATH writes every figure. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default
+--timeline wraps ssh on both sides (one bash per execution, which
+adds a little CPU to both) and prints under each run where its wall time went: when the first SSH execution started
+(Ansible's start-up), when the last one started (the spread: Ansible starts a worker per host in turn), the median
+time one execution took, when the last one ended, and when the run ended (what came after). --json PATH writes
+every figure. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default
 addresses.
 """
 
@@ -42,7 +46,8 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from lab_common import (REPO, VENV_BIN, arguments, box_cpu, close_masters, cpu_timed_with_boxes,  # noqa: E402
-                        fleet_hosts, idle_rate, lab_fleet, seed_script, without_control_path)
+                        fleet_hosts, idle_rate, lab_fleet, seed_script, ssh_timeline, timing_ssh,
+                        without_control_path)
 from patrol_vs_ssh import PING, QUEUE_LENGTH, seed_probe  # noqa: E402
 
 TRAIN_SH = ("#!/usr/bin/env bash\n# a small project's entry point: a few epochs, a checkpoint\n"
@@ -105,8 +110,10 @@ def shadow_collection(tmp):
 class Lab:
     """One fleet behind the relay and the ways to run each side over it."""
 
-    def __init__(self, inventory, state, tmp, hosts):
+    def __init__(self, inventory, state, tmp, hosts, timeline=False):
         self.inventory, self.state, self.tmp, self.size = inventory, state, tmp, hosts
+        # (wrapper, log) of timing_ssh with --timeline: both sides run ssh through it
+        self.timeline = timing_ssh(tmp) if timeline else None
         self.common, self.hosts = fleet_hosts(inventory)
         self.options = without_control_path(self.common["ansible_ssh_common_args"])
         self.ping = tmp / "ping.yml"
@@ -127,7 +134,7 @@ class Lab:
 
     # --- raw -----------------------------------------------------------------------------------------------
     def ssh_argv(self, host, *command):
-        return (["ssh", "-p", str(host["ansible_port"]), "-i", self.common["ansible_ssh_private_key_file"],
+        return ([str(self.timeline[0]) if self.timeline else "ssh", "-p", str(host["ansible_port"]), "-i", self.common["ansible_ssh_private_key_file"],
                  *self.options, "-o", "ControlPath=none", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30",
                  "%s@%s" % (host["ansible_user"], host["ansible_host"]), *command])
 
@@ -183,6 +190,8 @@ class Lab:
     def playbook(self, playbook, *extra, env=None):
         environ = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_DEPRECATION_WARNINGS="0",
                        PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+        if self.timeline:
+            environ["ANSIBLE_SSH_EXECUTABLE"] = str(self.timeline[0])
         environ.update(env or {})
         proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook), *extra],
                               env=environ, capture_output=True, text=True, check=False)
@@ -218,9 +227,17 @@ def measure(lab, meter, figures, label, func, cold=True):
     if cold:
         close_masters(lab.state)
     relay_before = relay_cpu(lab.state)
-    wall, cpu, box, result = cpu_timed_with_boxes(func, meter)
+    if lab.timeline:
+        lab.timeline[1].write_text("")
+    span = []   # when the run started and ended, on the clock of the ssh wrapper's log
+
+    def run():
+        span.append(time.time())
+        return func()
+    wall, cpu, box, result = cpu_timed_with_boxes(run, meter)
+    span.append(time.time())
     relay_after = relay_cpu(lab.state)
-    entry = figures.setdefault(label, {"wall": [], "cpu": [], "box": [], "relay": [], "rc": []})
+    entry = figures.setdefault(label, {"wall": [], "cpu": [], "box": [], "relay": [], "rc": [], "timeline": []})
     entry["wall"].append(wall)
     entry["cpu"].append(cpu)
     entry["box"].append(box)
@@ -228,6 +245,12 @@ def measure(lab, meter, figures, label, func, cold=True):
     entry["rc"].append(result)
     print("    %-34s %7.2f s  controller %6.2f CPU s  boxes %s  rc %s" % (
         label, wall, cpu, "-" if box is None else "%.2f CPU s" % box, result), flush=True)
+    if lab.timeline:
+        line = ssh_timeline(lab.timeline[1].read_text(), *span)
+        entry["timeline"].append(line)
+        if line:
+            print("      %(executions)d ssh: first at %(first_start).2f s, last started at %(last_start).2f s, median "
+                  "one %(median_ssh).2f s, last ended at %(last_end).2f s, run ended at %(end).2f s" % line, flush=True)
 
 
 def summary(figures, size, idle):
@@ -238,7 +261,8 @@ def summary(figures, size, idle):
         out[label] = {"wall": statistics.median(entry["wall"]), "cpu_per_host": statistics.median(entry["cpu"]) / size,
                       "box_per_host": statistics.median(boxes) / size if boxes else None,
                       "relay_cpu": statistics.median(relay) if relay else None,
-                      "runs": len(entry["wall"]), "walls": entry["wall"], "rc": entry["rc"]}
+                      "runs": len(entry["wall"]), "walls": entry["wall"], "rc": entry["rc"],
+                      "timelines": entry["timeline"]}
     return out
 
 
@@ -258,6 +282,7 @@ def main():
                      ops=("patrol,preflight,launch,teardown", "which of patrol, preflight, launch, teardown"),
                      no_direct=(False, "add patrol and preflight with the probes' direct run off"),
                      forks=("", "comma-separated forks to run patrol and the ping floor at, e.g. 32,128"),
+                     timeline=(False, "time every ssh execution on both sides and print where each run's time went"),
                      json=("", "write the figures to this file"))
     ops = set(args.ops.split(","))
     up = ["--rtt-ms", "%g" % args.rtt_ms, "--jitter-ms", "%g" % args.jitter_ms, *FLEET_OPTIONS]
@@ -266,7 +291,7 @@ def main():
     started = time.monotonic()
     with lab_fleet(args.hosts, *up) as (inventory, state, _env), tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        lab = Lab(inventory, state, tmp, args.hosts)
+        lab = Lab(inventory, state, tmp, args.hosts, args.timeline)
         figures = {}
         print("network_vs_raw: %d lab hosts, round trip %g ms, jitter %g ms, %d round(s); fleet up in %.1f s" % (
             args.hosts, args.rtt_ms, args.jitter_ms, args.repeat, time.monotonic() - started), flush=True)
