@@ -22,12 +22,11 @@ lab both share this machine's cores, on a real fleet the boxes' work runs on the
 "network") is in neither; it is printed apart. Options: --no-direct adds patrol and preflight with the probes' direct
 run switched off (plugin_utils/direct: the probe actions are replaced, in a shadow copy of the collection, by ones
 that always run the module through AnsiballZ); --forks 32,128 adds patrol and the ping floor at each of those forks.
---timeline wraps ssh on both sides (one bash per execution, which
-adds a little CPU to both) and prints under each run where its wall time went: when the first SSH execution started
-(Ansible's start-up), when the last one started (the spread: Ansible starts a worker per host in turn), the median
-time one execution took, when the last one ended, and when the run ended (what came after). --json PATH writes
-every figure. Needs root (the lab fleet). LAB_NET=127.0.N moves the fleet off the default
-addresses.
+--timeline runs ssh through a wrapper on both sides (one bash per execution, a little CPU on either side) and
+prints under each run where its wall time went: when the first SSH execution started (Ansible's start-up), when the
+last one started (the spread: Ansible starts a worker per host in turn), the median time one execution took, when
+the last one ended, and when the run ended (what came after). --json PATH writes every figure. Needs root (the lab
+fleet). LAB_NET=127.0.N moves the fleet off the default addresses.
 """
 
 from __future__ import annotations
@@ -114,6 +113,7 @@ class Lab:
         self.inventory, self.state, self.tmp, self.size = inventory, state, tmp, hosts
         # (wrapper, log) of timing_ssh with --timeline: both sides run ssh through it
         self.timeline = timing_ssh(tmp) if timeline else None
+        self.ssh = str(self.timeline[0]) if self.timeline else "ssh"
         self.common, self.hosts = fleet_hosts(inventory)
         self.options = without_control_path(self.common["ansible_ssh_common_args"])
         self.ping = tmp / "ping.yml"
@@ -134,7 +134,7 @@ class Lab:
 
     # --- raw -----------------------------------------------------------------------------------------------
     def ssh_argv(self, host, *command):
-        return ([str(self.timeline[0]) if self.timeline else "ssh", "-p", str(host["ansible_port"]), "-i", self.common["ansible_ssh_private_key_file"],
+        return ([self.ssh, "-p", str(host["ansible_port"]), "-i", self.common["ansible_ssh_private_key_file"],
                  *self.options, "-o", "ControlPath=none", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30",
                  "%s@%s" % (host["ansible_user"], host["ansible_host"]), *command])
 
@@ -191,7 +191,7 @@ class Lab:
         environ = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_DEPRECATION_WARNINGS="0",
                        PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
         if self.timeline:
-            environ["ANSIBLE_SSH_EXECUTABLE"] = str(self.timeline[0])
+            environ["ANSIBLE_SSH_EXECUTABLE"] = self.ssh
         environ.update(env or {})
         proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook), *extra],
                               env=environ, capture_output=True, text=True, check=False)
