@@ -111,9 +111,9 @@ class Lab:
 
     def __init__(self, inventory, state, tmp, hosts, timeline=False):
         self.inventory, self.state, self.tmp, self.size = inventory, state, tmp, hosts
-        # (wrapper, log) of timing_ssh with --timeline: both sides run ssh through it
-        self.timeline = timing_ssh(tmp) if timeline else None
-        self.ssh = str(self.timeline[0]) if self.timeline else "ssh"
+        # with --timeline both sides run ssh through timing_ssh's wrapper, which logs to timeline_log
+        wrapper, self.timeline_log = timing_ssh(tmp) if timeline else ("ssh", None)
+        self.ssh = str(wrapper)
         self.common, self.hosts = fleet_hosts(inventory)
         self.options = without_control_path(self.common["ansible_ssh_common_args"])
         self.ping = tmp / "ping.yml"
@@ -190,7 +190,7 @@ class Lab:
     def playbook(self, playbook, *extra, env=None):
         environ = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_DEPRECATION_WARNINGS="0",
                        PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
-        if self.timeline:
+        if self.timeline_log:
             environ["ANSIBLE_SSH_EXECUTABLE"] = self.ssh
         environ.update(env or {})
         proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory), str(playbook), *extra],
@@ -227,15 +227,11 @@ def measure(lab, meter, figures, label, func, cold=True):
     if cold:
         close_masters(lab.state)
     relay_before = relay_cpu(lab.state)
-    if lab.timeline:
-        lab.timeline[1].write_text("")
-    span = []   # when the run started and ended, on the clock of the ssh wrapper's log
-
-    def run():
-        span.append(time.time())
-        return func()
-    wall, cpu, box, result = cpu_timed_with_boxes(run, meter)
-    span.append(time.time())
+    if lab.timeline_log:
+        lab.timeline_log.write_text("")
+    start = time.time()   # the clock of the ssh wrapper's log
+    wall, cpu, box, result = cpu_timed_with_boxes(func, meter)
+    end = time.time()
     relay_after = relay_cpu(lab.state)
     entry = figures.setdefault(label, {"wall": [], "cpu": [], "box": [], "relay": [], "rc": [], "timeline": []})
     entry["wall"].append(wall)
@@ -245,8 +241,8 @@ def measure(lab, meter, figures, label, func, cold=True):
     entry["rc"].append(result)
     print("    %-34s %7.2f s  controller %6.2f CPU s  boxes %s  rc %s" % (
         label, wall, cpu, "-" if box is None else "%.2f CPU s" % box, result), flush=True)
-    if lab.timeline:
-        line = ssh_timeline(lab.timeline[1].read_text(), *span)
+    if lab.timeline_log:
+        line = ssh_timeline(lab.timeline_log.read_text(), start, end)
         entry["timeline"].append(line)
         if line:
             print("      %(executions)d ssh: first at %(first_start).2f s, last started at %(last_start).2f s, median "
