@@ -2,11 +2,14 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Push the code to the box with resumable rsync (the rsync argv is plugin_utils/rsync.py's) and record its commit."""
+"""Push the code to the box with resumable rsync (the rsync argv is plugin_utils/rsync.py's), and record what was
+pushed: its commit on the controller, and with ``record`` the pushed tree's checksum in code.json on the box."""
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import code_check
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
@@ -55,6 +58,34 @@ def lib_argv(args, target, dry_run):
     return rsync.rsync_argv(flags, target, MODULE_UTILS + "/", args["lib_dest"].rstrip("/") + "/", pushing=True)
 
 
+# launch's box code (pushed with lib_files) that writes code.json: module_utils/launch.py's "code" command
+RECORDER = "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"
+
+
+def record_command(args, commit, dirty, dirty_files):
+    """The shell line that runs launch's code step on the box under the C locale: the pushed tree's checksum, the
+    commit and dirty state found on the controller, and the torch build of the job's Python, into record.path. Every
+    word is quoted (shlex), so no value is read as shell syntax or an option of another word."""
+    record = args["record"]
+    argv = [record["interpreter"], "-m", RECORDER, "code", "--root", args["dest"], "--out", record["path"],
+            "--commit", commit or "", "--dirty", "" if dirty is None else str(dirty).lower(),
+            "--dirty-files", json.dumps(dirty_files), "--src", args["src"], "--python", record["python"]]
+    return "LC_ALL=C LANG=C PYTHONPATH=%s %s" % (shlex.quote(record["pythonpath"]), shlex.join(argv))
+
+
+def parse_record(rc, stdout, stderr):
+    """code.json's record as the code step printed it (with its "changed"), or a ValueError that says what went
+    wrong, from the step's exit code and the end of its error output."""
+    if rc == 0:
+        try:
+            record = json.loads(stdout)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "tree_sha256" in record:
+            return record
+    raise ValueError("exit code %s; %s" % (rc, (stderr or stdout or "no output").strip()[-500:]))
+
+
 def check_args(args):
     """RsyncError for arguments that must not reach rsync (rsync.check_path, rsync.check_timeout), before anything
     runs. ``dest`` also must not be a top-level directory: --delete-after empties whatever src lacks."""
@@ -66,6 +97,12 @@ def check_args(args):
     if args["lib_dest"]:
         rsync.check_path(args["lib_dest"], "lib_dest")
     rsync.check_timeout(args["timeout"])
+    if args.get("record"):
+        if not args["lib_dest"]:
+            raise rsync.RsyncError("record needs lib_dest and lib_files: the helpers that write code.json on the box "
+                                   "(launch.py and what it imports)")
+        rsync.check_path(args["record"]["path"], "record.path")
+        rsync.check_path(args["record"]["pythonpath"], "record.pythonpath")
 
 
 def overlap(src, dest):
@@ -86,7 +123,7 @@ class ActionModule(DocumentedAction):
         src = os.path.abspath(os.path.expanduser(args["src"]))
         args["src"] = src
         result.update(changed=False, changes=[], commit=None, dirty=None, dirty_files=None, uses_wandb=False,
-                      dest=args["dest"])
+                      dest=args["dest"], code=None)
         if not os.path.isdir(src):
             return dict(result, failed=True, msg="src %s is not a directory on the controller: give the code "
                                                  "directory (launch_src)" % src)
@@ -131,4 +168,16 @@ class ActionModule(DocumentedAction):
         verb = "would push" if check else "pushed"
         result["msg"] = ("%s %d change(s) to %s" % (verb, len(result["changes"]), args["dest"])
                          if result["changes"] else "%s is up to date" % args["dest"])
+        if args["record"] and not check:
+            # the same connection, without a module of its own: one SSH execution, no second worker on the
+            # controller and no AnsiballZ run on the box
+            response = self._low_level_execute_command(
+                record_command(args, result["commit"], result["dirty"], result["dirty_files"]), sudoable=True)
+            try:
+                result["code"] = parse_record(response.get("rc"), response.get("stdout"), response.get("stderr"))
+            except ValueError as exc:
+                return dict(result, failed=True, msg="%s, but recording it in %s failed (%s): run the launch again"
+                            % (result["msg"], args["record"]["path"], exc))
+            recorded = result["code"].pop("changed", False) is True
+            result["changed"] = result["changed"] or recorded
         return result

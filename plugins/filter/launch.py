@@ -103,8 +103,9 @@ def done_run(items, probe=None, record=None):
 
 def launch_report(items, host, probe=None, pending=(), job=None, code=None, environment_only=False, name=None,
                   record=None):
-    """One line per host: what launch did there. ``probe``, ``job`` and ``code`` are the registered results of
-    job_status, detached_job and the code.json step (skipped or absent ones are fine); ``environment_only``: the host
+    """One line per host: what launch did there. ``probe`` and ``job`` are the registered results of job_status and
+    detached_job (skipped or absent ones are fine), ``code`` the code.json record push_code wrote (its ``code``;
+    None where it wrote none); ``environment_only``: the host
     is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
     ``name``: the job's name, said of a job that runs; ``record``: the queue record this launch would write, whose
     run is said of a host whose items were all done before this launch under that record (launch_done), where
@@ -129,10 +130,7 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
     if not pending:
         return "%s: all %d item(s) done, not started" % (host, len(ids))
     line = "%s: %s; pending items %s" % (host, (job or {}).get("msg") or "not started", " ".join(pending))
-    try:
-        record = json.loads((code or {}).get("stdout") or "null")
-    except ValueError:
-        record = None
+    record = code
     if isinstance(record, dict) and record.get("tree_sha256"):
         from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 

@@ -24,6 +24,11 @@ description:
     C(git status --porcelain) on the controller), with the files that have them; all are null when O(src) is not a
     git work tree. Uncommitted changes give a warning that names the files; with O(require_clean) they fail the
     task before anything is pushed.
+  - With O(record), then records what was pushed in a JSON file on the box (launch's C(code.json)), with the
+    checksum of the pushed tree, the commit and dirty state above, O(src), and the torch version and CUDA build of
+    the job's Python (read from C(torch/version.py) without importing torch). It runs launch's helpers, pushed into
+    O(lib_dest), through the host's connection in one SSH execution, under the C locale. The file is rewritten only
+    when the record changed, which then counts as a change. Not in check mode.
   - Refuses, before anything is pushed, when a script has CRLF (Windows) line endings, which bash on the box reads
     as part of each command (C(command not found) at the first line); it checks every C(*.sh) file of O(src)
     (outside C(.git) and O(exclude)) and every file of O(src) that O(command) names.
@@ -79,6 +84,32 @@ options:
     description: Seconds allowed for each rsync, more than 0; a timed-out push resumes on the next run (C(--partial)).
     type: int
     default: 3600
+  record:
+    description:
+      - Where and how to record what was pushed, after the push (see the description). Needs O(lib_dest) and
+        O(lib_files) with C(launch.py) and the helpers it imports.
+    type: dict
+    suboptions:
+      path:
+        description: Absolute path of the record on the box (launch's C(<job dir>/code.json)).
+        type: str
+        required: true
+      interpreter:
+        description: The box's Python that runs launch's helpers (C(trainer_interpreter)).
+        type: str
+        required: true
+      python:
+        description:
+          - The job's Python, whose torch build is recorded (launch's C(<launch_env_prefix>/bin/python), else
+            O(record.interpreter)).
+        type: str
+        required: true
+      pythonpath:
+        description:
+          - Absolute path of the directory that holds the C(ansible_collections) tree of O(lib_dest) (launch's
+            C(~/.trainer/lib)), put on C(PYTHONPATH).
+        type: str
+        required: true
 notes:
   - Needs C(rsync) on the controller and on the box.
   - "Paths (the policy): every path handed to rsync is checked first: not empty, not C(/), without a newline, a NUL
@@ -129,6 +160,18 @@ uses_wandb:
   type: bool
   returned: always
   sample: true
+code:
+  description:
+    - The record written with O(record) (C(tree_sha256), C(files), C(bytes), C(commit), C(dirty),
+      C(dirty_files), C(src), C(dest), C(torch)); null without O(record), in check mode, or when the push failed.
+  type: dict
+  returned: always
+  sample: {"tree_sha256": "5e0b3f0c9d7a4b1e8f2c6a9d3e7b1f4a0c8d2e6b9f3a7c1d5e9b2f6a0d4c8e1b", "files": 12,
+           "bytes": 40960, "commit": "3f2a9c1d0b7e4c6f9a8b7c6d5e4f3a2b1c0d9e8f", "dirty": false, "dirty_files": [],
+           "src": "/home/me/proj", "dest": "/root/autodl-tmp/code/train",
+           "torch": {"python": "/root/miniconda3/bin/python", "installed": true,
+                     "location": "/root/miniconda3/lib/python3.10/site-packages/torch", "version": "2.5.1+cu124",
+                     "cuda": "12.4", "hip": null, "build": "cuda", "reason": null}}
 crlf_files:
   description: The scripts with CRLF line endings that made the task fail, relative to O(src).
   type: list

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 from unittest.mock import MagicMock
 
@@ -13,10 +15,20 @@ from ansible_collections.remote_gpu.trainer.plugins.action import push_code
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 
 
+def run_here(cmd, in_data=None, sudoable=True):
+    """The connection's exec_command, on this machine: the shell line as a box's sh would run it."""
+    proc = subprocess.run(["/bin/sh", "-c", cmd], input=in_data, capture_output=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def run_push(args, check_mode=False, transport="local", options=None):
-    # A mocked task, connection and play context, as Ansible's own unit tests of action plugins use.
+    # A mocked task, connection and play context, as Ansible's own unit tests of action plugins use; what the action
+    # runs on the box (the record's shell line) runs on this machine.
     connection = MagicMock()
     connection.transport = transport
+    connection.become = None
+    connection.allow_executable = False
+    connection.exec_command.side_effect = run_here
     connection._shell.tmpdir = None  # pylint: disable=protected-access
     connection.get_option.side_effect = dict(options or {}).get
     task = MagicMock()
@@ -199,3 +211,76 @@ def test_a_dest_over_its_own_src_is_refused_and_nothing_deleted(src, tmp_path):
     result = run_push({"src": str(src), "dest": str(src.parent)})
     assert result["failed"] and "one holds the other" in result["msg"]
     assert (src / "train.py").exists()
+
+
+LAUNCH_LIB = ["launch.py", "item_log.py", "job_layout.py", "procfs.py", "atomic.py", "sync.py", "sync_select.py",
+              "sync_state.py", "fsbudget.py", "digest.py", "command.py", "torch_build.py", "safe_read.py"]
+
+
+def record_args(src, tmp_path, **record):
+    box = tmp_path / "box"
+    (box / "code").mkdir(parents=True, exist_ok=True)
+    (box / "job").mkdir(exist_ok=True)
+    lib = box / "lib"
+    (lib / "ansible_collections" / "remote_gpu" / "trainer" / "plugins" / "module_utils").mkdir(parents=True,
+                                                                                                exist_ok=True)
+    return {"src": str(src), "dest": str(box / "code"), "lib_files": LAUNCH_LIB,
+            "lib_dest": str(lib / "ansible_collections" / "remote_gpu" / "trainer" / "plugins" / "module_utils"),
+            "record": dict({"path": str(box / "job" / "code.json"), "interpreter": "/usr/bin/python3",
+                            "python": "/usr/bin/python3", "pythonpath": str(lib)}, **record)}
+
+
+def test_the_record_follows_the_push_and_is_rewritten_only_when_it_changes(src, tmp_path):
+    from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
+
+    args = record_args(src, tmp_path)
+    first = run_push(args)
+    assert not first.get("failed") and first["changed"] is True, first
+    code = first["code"]
+    # the pushed tree's checksum, taken on the box (launch's helpers pushed with it), and the controller's git state
+    assert code["tree_sha256"] == tree_checksum(args["dest"])["tree_sha256"] and code["files"] == 2, code
+    assert (code["commit"], code["dirty"], code["src"], code["dest"]) == (None, None, str(src), args["dest"])
+    assert code["torch"]["python"] == "/usr/bin/python3" and "changed" not in code
+    assert json.loads((tmp_path / "box" / "job" / "code.json").read_text()) == code
+    again = run_push(args)
+    assert again["changed"] is False and again["code"] == code, again
+    (src / "train.py").write_text("print(2)\n")
+    third = run_push(args)
+    assert third["changed"] is True and third["code"]["tree_sha256"] != code["tree_sha256"]
+    assert json.loads((tmp_path / "box" / "job" / "code.json").read_text()) == third["code"]
+
+
+def test_check_mode_records_nothing(src, tmp_path):
+    result = run_push(record_args(src, tmp_path), check_mode=True)
+    assert result["code"] is None and not result.get("failed"), result
+    assert not (tmp_path / "box" / "job" / "code.json").exists()
+
+
+def test_a_record_that_cannot_be_written_fails_with_what_happened_and_what_to_do(src, tmp_path):
+    result = run_push(record_args(src, tmp_path, interpreter="/nonexistent/python3"))
+    assert result["failed"] and result["code"] is None, result
+    assert re.match(r"pushed \d+ change\(s\) to ", result["msg"]) and "recording it in %s failed (exit code 127" % (
+        tmp_path / "box" / "job" / "code.json") in result["msg"] and "run the launch again" in result["msg"]
+    # the code did land: the next run only records it
+    again = run_push(record_args(src, tmp_path))
+    assert again["changes"] == [] and again["changed"] is True and again["code"]["files"] == 2, again
+
+
+def test_the_record_needs_the_helpers_and_safe_paths(src, tmp_path):
+    args = record_args(src, tmp_path)
+    result = run_push(dict(args, lib_dest=""))
+    assert result["failed"] and "record needs lib_dest" in result["msg"], result
+    result = run_push(record_args(src, tmp_path, path="job/code.json"))
+    assert result["failed"] and "record.path" in result["msg"], result
+
+
+def test_the_record_command_quotes_every_word():
+    args = {"src": "/home/me/my proj", "dest": "/root/code/$(touch x)",
+            "record": {"path": "/root/job/code.json", "interpreter": "/usr/bin/python3", "python": "/opt/env/bin/python",
+                       "pythonpath": "/root/.trainer/lib; rm -rf /"}}
+    line = push_code.record_command(args, None, True, ["a b.py"])
+    words = shlex.split(line)
+    assert words[:3] == ["LC_ALL=C", "LANG=C", "PYTHONPATH=/root/.trainer/lib; rm -rf /"]
+    assert words[3:] == ["/usr/bin/python3", "-m", push_code.RECORDER, "code", "--root", "/root/code/$(touch x)",
+                         "--out", "/root/job/code.json", "--commit", "", "--dirty", "true", "--dirty-files",
+                         '["a b.py"]', "--src", "/home/me/my proj", "--python", "/opt/env/bin/python"]

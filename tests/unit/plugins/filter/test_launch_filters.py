@@ -26,16 +26,16 @@ def test_queue_table_is_the_unit_tested_assignment_table():
     ({"probe": {"jobs": [{"alive": True, "pid": 42}]}}, "running (pid 42), left alone (items 000 002)"),
     ({"probe": {"jobs": [{"alive": False, "pid": None}]}, "pending": ["002"],
       "job": {"msg": "started train under tmux, pid 7"},
-      "code": {"stdout": json.dumps({"tree_sha256": "ab" * 32, "commit": None})}},
+      "code": {"tree_sha256": "ab" * 32, "commit": None}},
      "started train under tmux, pid 7; pending items 002 (code abababababab, commit none)"),
-    ({"pending": ["000"], "job": {"msg": "started"}, "code": {"skipped": True}}, "started; pending items 000"),
+    ({"pending": ["000"], "job": {"msg": "started"}, "code": None}, "started; pending items 000"),
     ({"pending": ["000"], "job": {"msg": "started"},
-      "code": {"stdout": json.dumps({"tree_sha256": "cd" * 32, "commit": "1a2b3c", "torch": {
-          "installed": True, "version": "2.3.0+cu121", "cuda": "12.1", "build": "cuda"}})}},
+      "code": {"tree_sha256": "cd" * 32, "commit": "1a2b3c", "torch": {
+          "installed": True, "version": "2.3.0+cu121", "cuda": "12.1", "build": "cuda"}}},
      "started; pending items 000 (code cdcdcdcdcdcd, commit 1a2b3c, torch 2.3.0+cu121 CUDA 12.1)"),
     ({"pending": ["000"], "job": {"msg": "started"},
-      "code": {"stdout": json.dumps({"tree_sha256": "cd" * 32, "commit": None, "torch": {
-          "installed": False, "reason": "torch is not installed for /usr/bin/python3"}})}},
+      "code": {"tree_sha256": "cd" * 32, "commit": None, "torch": {
+          "installed": False, "reason": "torch is not installed for /usr/bin/python3"}}},
      "started; pending items 000 (code cdcdcdcdcdcd, commit none, no torch)"),
 ])
 def test_launch_report(kwargs, line):
