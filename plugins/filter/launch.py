@@ -105,8 +105,8 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
                   record=None):
     """One line per host: what launch did there. ``probe`` and ``job`` are the registered results of job_status and
     detached_job (skipped or absent ones are fine), ``code`` the code.json record push_code wrote (its ``code``;
-    None where it wrote none); ``environment_only``: the host
-    is in environment-only mode (declared GPU-less, without a GPU) and its queue was not started (no launch_no_gpu_ok);
+    None where it wrote none); ``environment_only``: the host is in environment-only mode (declared GPU-less,
+    without a GPU) and its queue was not started (no launch_no_gpu_ok);
     ``name``: the job's name, said of a job that runs; ``record``: the queue record this launch would write, whose
     run is said of a host whose items were all done before this launch under that record (launch_done), where
     nothing was pushed or changed. A probe given the record itself (job_status's queue_record) says so in its
@@ -130,15 +130,14 @@ def launch_report(items, host, probe=None, pending=(), job=None, code=None, envi
     if not pending:
         return "%s: all %d item(s) done, not started" % (host, len(ids))
     line = "%s: %s; pending items %s" % (host, (job or {}).get("msg") or "not started", " ".join(pending))
-    record = code
-    if isinstance(record, dict) and record.get("tree_sha256"):
+    if isinstance(code, dict) and code.get("tree_sha256"):
         from ansible_collections.remote_gpu.trainer.plugins.module_utils.torch_build import summary as torch_summary
 
-        torch = torch_summary(record.get("torch"))
-        dirty = record.get("dirty_files") if isinstance(record.get("dirty_files"), list) else []
+        torch = torch_summary(code.get("torch"))
+        dirty = code.get("dirty_files") if isinstance(code.get("dirty_files"), list) else []
         line += " (code %s, commit %s%s%s)" % (
-            record["tree_sha256"][:12], record.get("commit") or "none",
-            " with %d uncommitted file(s)" % len(dirty) if record.get("dirty") is True else "",
+            code["tree_sha256"][:12], code.get("commit") or "none",
+            " with %d uncommitted file(s)" % len(dirty) if code.get("dirty") is True else "",
             ", " + torch if torch else "")
     return line
 

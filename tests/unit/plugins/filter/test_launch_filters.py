@@ -29,6 +29,9 @@ def test_queue_table_is_the_unit_tested_assignment_table():
       "code": {"tree_sha256": "ab" * 32, "commit": None}},
      "started train under tmux, pid 7; pending items 002 (code abababababab, commit none)"),
     ({"pending": ["000"], "job": {"msg": "started"}, "code": None}, "started; pending items 000"),
+    ({"pending": ["000"], "job": {"msg": "started"}, "record": "{}",
+      "code": {"tree_sha256": "ef" * 32, "commit": "1a2b3c", "dirty": True, "dirty_files": ["notes.txt"]}},
+     "started; pending items 000 (code efefefefefef, commit 1a2b3c with 1 uncommitted file(s))"),
     ({"pending": ["000"], "job": {"msg": "started"},
       "code": {"tree_sha256": "cd" * 32, "commit": "1a2b3c", "torch": {
           "installed": True, "version": "2.3.0+cu121", "cuda": "12.1", "build": "cuda"}}},
