@@ -112,7 +112,7 @@ def test_code_json_records_the_uncommitted_files_of_the_pushed_tree():
 def test_the_report_line_says_the_code_was_dirty():
     from ansible_collections.remote_gpu.trainer.plugins.filter.launch import launch_report
     record = {"tree_sha256": "a" * 64, "commit": "c0ffee", "dirty": True, "dirty_files": ["train.py"]}
-    line = launch_report([{"item": "000"}], "h1", pending=["000"], code={"stdout": json.dumps(record)})
+    line = launch_report([{"item": "000"}], "h1", pending=["000"], code=record)
     assert "(code aaaaaaaaaaaa, commit c0ffee with 1 uncommitted file(s))" in line
 
 
