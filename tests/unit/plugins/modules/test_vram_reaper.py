@@ -242,7 +242,7 @@ def test_container_view_is_unverified_and_nothing_is_killed_even_with_force(modu
     listing = smi_lines([None, None, None])  # the real capture's host PIDs: none holds a device here
     box.smi(listing)
     failed, result = module_runner(vram_reaper, box.args(force=True))
-    first = listing.split(",")[0]  # 10291, the capture's, where no process of this machine has it
+    first = listing.split(",", maxsplit=1)[0]  # 10291, the capture's, where no process of this machine has it
     assert not failed and result["unverified"] is True and first in result["unverified_reason"], result
     assert [c["pid"] for c in result["candidates"]] == [orphan_pid]
     assert result["killed"] == [] and result["changed"] is False and orphan.poll() is None
