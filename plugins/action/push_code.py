@@ -16,6 +16,8 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.command import run_with_timeout
 from ansible_collections.remote_gpu.trainer.plugins.modules.push_code import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction
+# launch's box code (pushed with lib_files) whose "code" command writes code.json, as the queue runner runs it
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.launch_scripts import LAUNCH_CLI
 
 FLAGS = ["-a", "--partial", "--delete-after", "--itemize-changes"]
 # Directory times are left alone: Python writes __pycache__ into the lib directory, which must not count as a change.
@@ -58,16 +60,12 @@ def lib_argv(args, target, dry_run):
     return rsync.rsync_argv(flags, target, MODULE_UTILS + "/", args["lib_dest"].rstrip("/") + "/", pushing=True)
 
 
-# launch's box code (pushed with lib_files) that writes code.json: module_utils/launch.py's "code" command
-RECORDER = "ansible_collections.remote_gpu.trainer.plugins.module_utils.launch"
-
-
 def record_command(args, commit, dirty, dirty_files):
     """The shell line that runs launch's code step on the box under the C locale: the pushed tree's checksum, the
     commit and dirty state found on the controller, and the torch build of the job's Python, into record.path. Every
     word is quoted (shlex), so no value is read as shell syntax or an option of another word."""
     record = args["record"]
-    argv = [record["interpreter"], "-m", RECORDER, "code", "--root", args["dest"], "--out", record["path"],
+    argv = [record["interpreter"], "-m", LAUNCH_CLI, "code", "--root", args["dest"], "--out", record["path"],
             "--commit", commit or "", "--dirty", "" if dirty is None else str(dirty).lower(),
             "--dirty-files", json.dumps(dirty_files), "--src", args["src"], "--python", record["python"]]
     return "LC_ALL=C LANG=C PYTHONPATH=%s %s" % (shlex.quote(record["pythonpath"]), shlex.join(argv))

@@ -142,8 +142,8 @@ stat:
   description:
     - For each path of O(stat), as given (before C(~) is expanded), the keys M(ansible.builtin.stat) returns under
       C(stat) for it with C(follow=false) that say what it is - C(exists), C(isreg), C(isdir), C(islnk) and
-      C(lnk_target) (what the link reads, null when it is no link). Every key but C(exists) is false (or null) for a path that does not
-      exist.
+      C(lnk_target) (what the link reads, null when it is no link). Every key but C(exists) is false (or null) for
+      a path that does not exist.
     - Empty when the task failed before the paths were looked at.
   type: dict
   returned: always

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import shlex
 import subprocess
 from unittest.mock import MagicMock
 
 import pytest
+import yaml
 
 from ansible_collections.remote_gpu.trainer.plugins.action import push_code
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import rsync
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.launch_scripts import LAUNCH_CLI
 
 
 def run_here(cmd, in_data=None, sudoable=True):
@@ -213,8 +216,9 @@ def test_a_dest_over_its_own_src_is_refused_and_nothing_deleted(src, tmp_path):
     assert (src / "train.py").exists()
 
 
-LAUNCH_LIB = ["launch.py", "item_log.py", "job_layout.py", "procfs.py", "atomic.py", "sync.py", "sync_select.py",
-              "sync_state.py", "fsbudget.py", "digest.py", "command.py", "torch_build.py", "safe_read.py"]
+# what the launch role ships beside the code (launch.py and everything it imports), as the role pushes it
+LAUNCH_LIB = yaml.safe_load((pathlib.Path(__file__).resolve().parents[4] / "roles" / "launch" / "vars" /
+                             "main.yml").read_text())["_launch_lib_files"]
 
 
 def record_args(src, tmp_path, **record):
@@ -276,11 +280,11 @@ def test_the_record_needs_the_helpers_and_safe_paths(src, tmp_path):
 
 def test_the_record_command_quotes_every_word():
     args = {"src": "/home/me/my proj", "dest": "/root/code/$(touch x)",
-            "record": {"path": "/root/job/code.json", "interpreter": "/usr/bin/python3", "python": "/opt/env/bin/python",
-                       "pythonpath": "/root/.trainer/lib; rm -rf /"}}
+            "record": {"path": "/root/job/code.json", "interpreter": "/usr/bin/python3",
+                       "python": "/opt/env/bin/python", "pythonpath": "/root/.trainer/lib; rm -rf /"}}
     line = push_code.record_command(args, None, True, ["a b.py"])
     words = shlex.split(line)
     assert words[:3] == ["LC_ALL=C", "LANG=C", "PYTHONPATH=/root/.trainer/lib; rm -rf /"]
-    assert words[3:] == ["/usr/bin/python3", "-m", push_code.RECORDER, "code", "--root", "/root/code/$(touch x)",
+    assert words[3:] == ["/usr/bin/python3", "-m", LAUNCH_CLI, "code", "--root", "/root/code/$(touch x)",
                          "--out", "/root/job/code.json", "--commit", "", "--dirty", "true", "--dirty-files",
                          '["a b.py"]', "--src", "/home/me/my proj", "--python", "/opt/env/bin/python"]
