@@ -11,7 +11,7 @@ probe's action (a ``DirectAction``) sends only what the probe needs when it can:
 1. the task's arguments are validated here, on the controller, against the module's own argument spec (its
    ``MODULE_OPTIONS``: the keyword arguments it gives AnsibleModule);
 2. module_utils/direct_run.py goes to the host's Python on stdin, as Ansible pipelines a module, with the module's
-   source, the module_utils it imports and the validated arguments;
+   source, the module_utils it imports (both without their documentation: ``lean``) and the validated arguments;
 3. the one JSON document it prints is parsed as Ansible parses a module's result.
 
 The same module code runs on the host either way. It runs the usual way, AnsiballZ through ansible.builtin.normal,
@@ -26,9 +26,11 @@ UnifiedTaskResult from 2.21), or when the host printed no module result at all: 
 
 from __future__ import annotations
 
+import ast
 import base64
 import fcntl
 import importlib
+import io
 import json
 import os
 import re
@@ -62,6 +64,9 @@ CLEAN_PATH = "import sys\nsys.path[:] = [entry for entry in sys.path if entry no
 # "from PACKAGE import NAMES" (NAMES may be parenthesised over several lines) and "import MODULE"
 IMPORT_FROM = re.compile(r"^[ \t]*from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
 IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+)", re.M)
+# a module's documentation, which only ansible-doc and the controller read
+DOC_NAMES = frozenset(("DOCUMENTATION", "EXAMPLES", "RETURN"))
+COMMENT_LINE = re.compile(rb"^[ \t]*#")
 
 
 class Unsupported(Exception):
@@ -76,6 +81,48 @@ def read_source(name):
             return handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise Unsupported("cannot read %s: %s" % (path, exc)) from exc
+
+
+def lean(source):
+    """``source`` as the host needs it: without its docstrings, a module's DOCUMENTATION, EXAMPLES and RETURN (each
+    string becomes ``""``) and its lines of only a comment, every line kept where it was (blank), so that a
+    traceback from the host names the line of the collection's file. The probes' programs are about 40% smaller, on
+    every host at every tick. ``source`` itself where it or its lean copy does not compile."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return source
+    strings, in_strings = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and _is_text(first.value):
+                strings.append(first.value)
+        elif (isinstance(node, ast.Assign) and _is_text(node.value)
+              and any(isinstance(target, ast.Name) and target.id in DOC_NAMES for target in node.targets)):
+            strings.append(node.value)
+        if isinstance(node, (ast.Constant, ast.JoinedStr)) and node.end_lineno > node.lineno:
+            # a line that starts with # inside a string is no comment (0-based: the string's lines after its first)
+            in_strings.update(range(node.lineno, node.end_lineno))
+    lines = io.BytesIO(source.encode("utf-8")).readlines()
+    for index, line in enumerate(lines):
+        if index not in in_strings and COMMENT_LINE.match(line):
+            lines[index] = b"\n" if line.endswith(b"\n") else b""
+    # ast's columns count UTF-8 bytes; from the last string up, so that the positions above stay true
+    for node in sorted(strings, key=lambda string: (string.lineno, string.col_offset), reverse=True):
+        first, last = node.lineno - 1, node.end_lineno - 1
+        lines[first:last + 1] = ([lines[first][:node.col_offset] + b'""' + lines[last][node.end_col_offset:]]
+                                 + [b"\n"] * (last - first))
+    leaner = b"".join(lines).decode("utf-8")
+    try:
+        compile(leaner, "lean", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return source
+    return leaner
+
+
+def _is_text(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def imports(source):
@@ -101,7 +148,7 @@ def module_sources(module, allowed=(BASIC,)):
         name = todo.pop()
         if name in sources:
             continue
-        sources[name] = read_source(name)
+        sources[name] = lean(read_source(name))
         for imported in imports(sources[name]):
             if imported.startswith(MODULE_UTILS + "."):
                 todo.append(imported)
@@ -112,7 +159,7 @@ def module_sources(module, allowed=(BASIC,)):
 
 def runner_source():
     """module_utils/direct_run.py with the import path's cleaning right after its __future__ import."""
-    head, future, rest = read_source(RUNNER).partition(FUTURE)
+    head, future, rest = lean(read_source(RUNNER)).partition(FUTURE)
     if not future:
         raise Unsupported("%s has no line %r to put the import path's cleaning after" % (RUNNER, FUTURE.strip()))
     return head + future + CLEAN_PATH + rest
