@@ -87,23 +87,30 @@ def lean(source):
     """``source`` as the host needs it: without its docstrings, a module's DOCUMENTATION, EXAMPLES and RETURN (each
     string becomes ``""``) and its lines of only a comment, every line kept where it was (blank), so that a
     traceback from the host names the line of the collection's file. The probes' programs are about 40% smaller, on
-    every host at every tick. ``source`` itself where it or its lean copy does not compile."""
+    every host at every tick. A source that reads ``__doc__`` keeps its docstrings, one that reads DOCUMENTATION,
+    EXAMPLES or RETURN keeps that string; ``source`` itself where it or its lean copy does not compile."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return source
-    strings, in_strings = [], set()
+    docstrings, in_strings, read = [], set(), set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             if isinstance(first, ast.Expr) and _is_text(first.value):
-                strings.append(first.value)
-        elif (isinstance(node, ast.Assign) and _is_text(node.value)
-              and any(isinstance(target, ast.Name) and target.id in DOC_NAMES for target in node.targets)):
-            strings.append(node.value)
+                docstrings.append(first.value)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store):
+            read.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            read.add(node.attr)
         if isinstance(node, (ast.Constant, ast.JoinedStr)) and node.end_lineno > node.lineno:
             # a line that starts with # inside a string is no comment (0-based: the string's lines after its first)
             in_strings.update(range(node.lineno, node.end_lineno))
+    strings = [] if "__doc__" in read else docstrings
+    # the module's own documentation: a top-level NAME = "..." that nothing reads
+    strings += [statement.value for statement in tree.body
+                if isinstance(statement, ast.Assign) and _is_text(statement.value)
+                and {getattr(target, "id", None) for target in statement.targets} & (DOC_NAMES - read)]
     lines = io.BytesIO(source.encode("utf-8")).readlines()
     for index, line in enumerate(lines):
         if index not in in_strings and COMMENT_LINE.match(line):

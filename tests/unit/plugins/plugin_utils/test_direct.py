@@ -126,6 +126,16 @@ def test_lean_keeps_code_strings_and_lines_and_leaves_what_it_cannot_read():
     assert direct.lean("def broken(:\n    # kept\n") == "def broken(:\n    # kept\n"
 
 
+def test_lean_keeps_what_the_program_reads_of_its_documentation():
+    reads_doc = '"""Usage: probe."""\nimport sys\n\n\ndef main():\n    """Main."""\n    sys.stdout.write(__doc__)\n'
+    assert direct.lean(reads_doc) == reads_doc
+    # DOCUMENTATION is read; RETURN is read too (in f, which lean does not tell from the module's); EXAMPLES is not
+    reads_spec = ('import yaml\nDOCUMENTATION = """\noptions: {}\n"""\nEXAMPLES = """\n- x: 1\n"""\n'
+                  'RETURN = """\nx: 1\n"""\nSPEC = yaml.safe_load(DOCUMENTATION)\n\n\n'
+                  'def f():\n    RETURN = "kept"\n    return RETURN\n')
+    assert direct.lean(reads_spec) == reads_spec.replace('EXAMPLES = """\n- x: 1\n"""', 'EXAMPLES = ""\n\n')
+
+
 def test_a_traceback_from_the_host_names_the_line_of_the_collection_s_file(tmp_path):
     body = ('"""A module\nwith a docstring\nof three lines."""\n# a comment\n\n\n'
             'def main():\n    """It fails."""\n    {}["missing"]  # line 9\n\n\nmain()\n')
