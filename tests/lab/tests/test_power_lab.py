@@ -3,13 +3,19 @@ the instance (tmux and the jobs) but keeps its data disk and the region's durabl
 /root/onstart.sh. A vanished box stops answering SSH until it is revived, and its jobs keep running."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import time
+
+import pytest
 
 from labhelpers import needs_root, run_fleet, started_fleet
 
-pytestmark = needs_root
+from fleetlib import power
 
 
+@needs_root
 def test_reboot_vanish_revive(lab_free, tmp_path):
     with started_fleet(tmp_path / "lab", "--size", "2", "--platform", "lab-02=vastai") as lab:
         lab.ssh("lab-01", "tmux new-session -d -s job 'sleep 1000'; setsid -f nohup sleep 999 > /dev/null 2>&1; "
@@ -42,3 +48,48 @@ def test_reboot_vanish_revive(lab_free, tmp_path):
 
         bad = run_fleet(["reboot", "lab-09"], lab.state, check=False)
         assert bad.returncode == 1 and "no instance lab-09" in bad.stderr
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
+def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
+    # A job wrapper in a tmux pane that records a hangup. Killing tmux's server hangs up the pane's terminal, and the
+    # kernel sends its session SIGHUP and SIGCONT, which wakes a frozen wrapper; each SIGKILL is followed by a pause
+    # here, as a loaded machine pauses the reset between two kills, so a wrapper still unkilled then would record.
+    record = tmp_path / "recorded"
+    socket = "reset-%d" % os.getpid()
+    wrapper = "trap 'echo 129 > %s; exit 129' HUP; sleep 1000 & wait" % record
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "bash", "-c", wrapper], check=True)
+    try:
+        server = int(subprocess.run(["tmux", "-L", socket, "display", "-p", "#{pid}"], capture_output=True,
+                                    text=True, check=True).stdout)
+        deadline = time.monotonic() + 10
+        while len(tree := [server] + descendants(server)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(tree) == 3, tree   # the server, the wrapper, its sleep
+        signal_each = power._signal   # pylint: disable=protected-access
+
+        def slowly(pids, sig):
+            for pid in pids:
+                signal_each([pid], sig)
+                if sig == power.signal.SIGKILL:
+                    time.sleep(0.3)
+        monkeypatch.setattr(power, "_signal", slowly)
+        power._kill_all(lambda: [pid for pid in tree if alive(pid)])   # pylint: disable=protected-access
+        assert not record.exists(), "the wrapper ran again after the reset began and recorded its kill"
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+
+
+def descendants(pid):
+    found = []
+    for child in power.st.children(pid):
+        found += [child] + descendants(child)
+    return found
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
