@@ -3,7 +3,6 @@ the instance (tmux and the jobs) but keeps its data disk and the region's durabl
 /root/onstart.sh. A vanished box stops answering SSH until it is revived, and its jobs keep running."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -56,11 +55,11 @@ def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
     # kernel sends its session SIGHUP and SIGCONT, which wakes a frozen wrapper; each SIGKILL is followed by a pause
     # here, as a loaded machine pauses the reset between two kills, so a wrapper still unkilled then would record.
     record = tmp_path / "recorded"
-    socket = "reset-%d" % os.getpid()
+    socket = str(tmp_path / "tmux.sock")   # the test's own server, its socket under tmp_path
     wrapper = "trap 'echo 129 > %s; exit 129' HUP; sleep 1000 & wait" % record
-    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "bash", "-c", wrapper], check=True)
+    subprocess.run(["tmux", "-S", socket, "new-session", "-d", "bash", "-c", wrapper], check=True)
     try:
-        server = int(subprocess.run(["tmux", "-L", socket, "display", "-p", "#{pid}"], capture_output=True,
+        server = int(subprocess.run(["tmux", "-S", socket, "display", "-p", "#{pid}"], capture_output=True,
                                     text=True, check=True).stdout)
         deadline = time.monotonic() + 10
         while len(tree := [server] + descendants(server)) < 3 and time.monotonic() < deadline:
@@ -77,7 +76,7 @@ def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
         power._kill_all(lambda: [pid for pid in tree if alive(pid)])   # pylint: disable=protected-access
         assert not record.exists(), "the wrapper ran again after the reset began and recorded its kill"
     finally:
-        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, check=False)
 
 
 def descendants(pid):
