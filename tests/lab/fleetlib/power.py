@@ -76,27 +76,19 @@ def _signal(pids, sig) -> None:
             pass
 
 
-def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _children_first(pids) -> list:
     """``pids``, each process before its parent. Freezing is not enough: a frozen process runs again when its
     terminal hangs up, which the death of tmux's server does to every pane (the kernel sends the pane's session
     SIGHUP and SIGCONT), and a job wrapper woken that way records its item's exit 129 before its own SIGKILL comes.
     A process that holds a SIGKILL never runs again, so the panes go before the server."""
-    parent = {pid: _ppid(pid) for pid in pids}
+    parent = {child: pid for pid in pids for child in st.children(pid) if child in pids}
 
     def depth(pid):
         steps = 0
-        while parent.get(pid) in parent and steps < len(parent):
+        while pid in parent and steps < len(parent):
             pid, steps = parent[pid], steps + 1
         return steps
-    return sorted(parent, key=depth, reverse=True)
+    return sorted(pids, key=depth, reverse=True)
 
 
 def _kill_all(pids_of, timeout: float = 10.0) -> None:

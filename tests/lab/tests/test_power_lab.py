@@ -73,7 +73,8 @@ def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
                 if sig == power.signal.SIGKILL:
                     time.sleep(0.3)
         monkeypatch.setattr(power, "_signal", slowly)
-        power._kill_all(lambda: [pid for pid in tree if alive(pid)])   # pylint: disable=protected-access
+        power._kill_all(  # pylint: disable=protected-access
+            lambda: [pid for pid in tree if power.st.start_time(pid) is not None])
         assert not record.exists(), "the wrapper ran again after the reset began and recorded its kill"
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, check=False)
@@ -84,11 +85,3 @@ def descendants(pid):
     for child in power.st.children(pid):
         found += [child] + descendants(child)
     return found
-
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
