@@ -19,9 +19,9 @@ For each: the median wall time, the controller's CPU per host (user plus system 
 ansible-playbook and its forks and ssh, or the raw side's ssh and rsync) and the boxes' CPU per host (a cpuacct
 cgroup holds every process of the fleet, sshd and what it starts; their idle rate is subtracted), kept apart: in this
 lab both share this machine's cores, on a real fleet the boxes' work runs on the boxes. The relay's own CPU (the
-"network") is in neither; it is printed apart. Options: --no-direct adds patrol and preflight with the probes' direct
-run switched off (plugin_utils/direct: the probe actions are replaced, in a shadow copy of the collection, by ones
-that always run the module through AnsiballZ); --forks 32,128 adds patrol and the ping floor at each of those forks.
+"network") is in neither; it is printed apart. Options: --no-direct adds patrol, preflight and a fresh launch with the
+direct run switched off (plugin_utils/direct: the actions of DIRECT_ACTIONS are replaced, in a shadow copy of the
+collection, by ones that always run the module through AnsiballZ); --forks 32,128 adds patrol and the ping floor at each of those forks.
 --timeline runs ssh through a wrapper on both sides (one bash per execution, a little CPU on either side) and
 prints under each run where its wall time went: when the first SSH execution started (Ansible's start-up), when the
 last one started (the spread: Ansible starts a worker per host in turn), the median time one execution took, when
@@ -59,7 +59,8 @@ WEIGHTS = struct.pack("<Q", len(_HEADER)) + _HEADER + struct.pack("<4f", 0.5, 1.
 # every host an AutoDL box (its meter stops with the lab's shutdown stand-in, no provider API needed), the region's
 # durable FS large enough for every host's outputs
 FLEET_OPTIONS = ("--platform", "all=autodl", "--durable-size", "1g", "--durable-inodes", "100000")
-DIRECT_ACTIONS = {"job_status": "job_status", "preflight_probe": "preflight_probe"}
+# the actions that run their module without AnsiballZ (plugin_utils/direct.DirectAction)
+DIRECT_ACTIONS = ("job_status", "preflight_probe", "write_files", "detached_job")
 NO_DIRECT = '''"""Benchmark only: %s always runs through AnsiballZ (the direct run switched off)."""
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ def relay_cpu(state):
 
 
 def shadow_collection(tmp):
-    """A collections path whose remote_gpu.trainer is this checkout with the probes' actions replaced by ones that
-    always run through AnsiballZ: links to every file but those two."""
+    """A collections path whose remote_gpu.trainer is this checkout with the actions of DIRECT_ACTIONS replaced by
+    ones that always run through AnsiballZ: links to every other file."""
     root = tmp / "no-direct" / "ansible_collections" / "remote_gpu" / "trainer"
     root.mkdir(parents=True)
     for entry in REPO.iterdir():
@@ -212,11 +213,11 @@ class Lab:
         return self.playbook(REPO / "playbooks" / "preflight.yml", "-e", "preflight_sample_seconds=0",
                              "-e", "preflight_report_path=%s" % (self.tmp / "preflight.json"), env=env)
 
-    def launch(self, name):
+    def launch(self, name, env=None):
         variables = {"launch_src": str(self.src), "launch_command": "bash train.sh", "launch_name": name,
                      "launch_queue": ["conf/exp%d.yaml" % (i % 5) for i in range(len(self.hosts))],
                      "launch_min_seconds": 0}
-        return self.playbook(REPO / "playbooks" / "launch.yml", "-e", json.dumps(variables))
+        return self.playbook(REPO / "playbooks" / "launch.yml", "-e", json.dumps(variables), env=env)
 
     def teardown(self, pulls):
         return self.playbook(REPO / "playbooks" / "teardown.yml", "-e", json.dumps({
@@ -276,7 +277,7 @@ RATIOS = (("patrol", "raw patrol (seed probe, parallel ssh)", 1.5),
 def main():
     args = arguments(__doc__, hosts=32, rtt_ms=200.0, jitter_ms=0.0, repeat=2,
                      ops=("patrol,preflight,launch,teardown", "which of patrol, preflight, launch, teardown"),
-                     no_direct=(False, "add patrol and preflight with the probes' direct run off"),
+                     no_direct=(False, "add patrol, preflight and a fresh launch with the direct run off"),
                      forks=("", "comma-separated forks to run patrol and the ping floor at, e.g. 32,128"),
                      timeline=(False, "time every ssh execution on both sides and print where each run's time went"),
                      json=("", "write the figures to this file"))
@@ -311,6 +312,9 @@ def main():
                     if args.no_direct:
                         measure(lab, meter, figures, "preflight, direct run off",
                                 lambda: lab.preflight(lab.direct_off()))
+                if "launch" in ops and args.no_direct:   # last: its job is a second one on each host
+                    measure(lab, meter, figures, "launch (fresh), direct run off",
+                            lambda name="bench%dnd" % round_no: lab.launch(name, lab.direct_off()))
             for forks in filter(None, args.forks.split(",")):
                 env = {"ANSIBLE_FORKS": forks}
                 measure(lab, meter, figures, "ping floor, forks %s" % forks, lambda env=env: lab.playbook(lab.ping, env=env))

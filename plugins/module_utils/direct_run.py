@@ -2,20 +2,21 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Runs one of this collection's probe modules on the host without AnsiballZ: the box side of plugin_utils/direct.
+"""Runs one of this collection's direct-run modules on the host without AnsiballZ: the box side of plugin_utils/direct.
 
 Every AnsiballZ module, ping included, starts by compiling ``ansible.module_utils.basic`` and its imports from a zip
-(about 0.25 s of the host's CPU per run). A probe module of this collection needs only a few of AnsibleModule's
-methods, so its action sends this file instead, as the program the host's Python reads from stdin (as Ansible
-pipelines a module), followed by one call: ``main(SOURCES, REQUEST)``.
+(about 0.25 s of the host's CPU per run). A direct-run module of this collection (the probes job_status and
+preflight_probe, and launch's writers write_files and detached_job) needs only a few of AnsibleModule's methods, so
+its action sends this file instead, as the program the host's Python reads from stdin (as Ansible pipelines a
+module), followed by one call: ``main(SOURCES, REQUEST)``.
 
 * SOURCES: base64 of zlib-compressed JSON ``{import name: source}``: the module and the module_utils it imports,
   imported from memory (nothing is written on the host).
-* REQUEST: JSON ``{"module": import name, "params": ..., "spec": ..., "checked": [...], "check_mode": bool}``. The
-  controller has validated the parameters against the module's own argument spec, and the dict options that the
-  module types itself with ArgumentSpecValidator (its SUBSPECS; ``checked`` are those specs) against theirs.
-  Options of type ``path`` are expanded here, on the host, as AnsibleModule does (``~`` is the remote user's home):
-  ``spec`` is the argument spec with those SUBSPECS as suboptions.
+* REQUEST: JSON ``{"module": import name, "params": ..., "spec": ..., "checked": [...], "check_mode": bool,
+  "diff": bool}``. The controller has validated the parameters against the module's own argument spec, and the
+  dict options that the module types itself with ArgumentSpecValidator (its SUBSPECS; ``checked`` are those specs)
+  against theirs. Options of type ``path`` are expanded here, on the host, as AnsibleModule does (``~`` is the
+  remote user's home): ``spec`` is the argument spec with those SUBSPECS as suboptions.
 * The controller puts one line right after this file's ``from __future__`` import: it drops the working directory
   (the remote user's, untrusted) from the import path before anything else is imported, as AnsiballZ does, so that a
   json.py there cannot shadow the standard library.
@@ -63,9 +64,13 @@ class MemoryImporter(object):
     def is_package(self, fullname):
         return fullname in self.packages
 
+    def get_source(self, fullname):
+        """The source as it was sent (without its documentation): detached_job copies the job's library from it."""
+        return self.sources.get(fullname, "")
+
     def get_code(self, fullname):
         filename = fullname.replace(".", "/") + ("/__init__.py" if fullname in self.packages else ".py")
-        return compile(self.sources.get(fullname, ""), filename, "exec", dont_inherit=True)
+        return compile(self.get_source(fullname), filename, "exec", dont_inherit=True)
 
     def exec_module(self, module):
         exec(self.get_code(module.__name__), module.__dict__)  # pylint: disable=exec-used
@@ -76,6 +81,7 @@ class DirectModule(object):
 
     params = {}
     check_mode = False
+    _diff = False  # the task's --diff, as AnsibleModule keeps it
 
     def __init__(self, argument_spec=None, supports_check_mode=False, **_constraints):
         self.run_command_environ_update = {}
@@ -203,6 +209,7 @@ def main(sources, request):
         stand_in_ansible(request["checked"])
         DirectModule.params = expand_paths(request["spec"], request["params"])
         DirectModule.check_mode = bool(request["check_mode"])
+        DirectModule._diff = bool(request.get("diff"))  # pylint: disable=protected-access
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     # SystemExit, the module's own end, is not an Exception: it passes through
     except Exception as exc:  # pylint: disable=broad-except

@@ -238,23 +238,28 @@ def io_error(exc, what):
     return JobError("cannot %s: %s: %s" % (what, getattr(exc, "filename", None) or "I/O error", exc.strerror or exc))
 
 
+# AnsibleModule's keyword arguments; the detached_job action validates a task's arguments against them on the
+# controller when it runs this module without AnsiballZ (plugin_utils/direct)
+MODULE_OPTIONS = dict(
+    argument_spec=dict(
+        name=dict(type="str", required=True),
+        command=dict(type="raw"),
+        chdir=dict(type="path"),
+        run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
+        log_path=dict(type="path"),
+        env_files=dict(type="list", elements="path", default=[]),
+        env_dir=dict(type="path"),
+        env=dict(type="dict", default={}),
+        detach=dict(type="str", choices=["auto", "tmux", "nohup"], default="auto"),
+        state=dict(type="str", choices=["started", "stopped", "restarted", "resumed"], default="started"),
+        stop_timeout=dict(type="int", default=30),
+    ),
+    supports_check_mode=True,
+)
+
+
 def build_module():
-    return LogSafeModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            command=dict(type="raw"),
-            chdir=dict(type="path"),
-            run_dir=dict(type="str", default=job_layout.DEFAULT_RUN_DIR),
-            log_path=dict(type="path"),
-            env_files=dict(type="list", elements="path", default=[]),
-            env_dir=dict(type="path"),
-            env=dict(type="dict", default={}),
-            detach=dict(type="str", choices=["auto", "tmux", "nohup"], default="auto"),
-            state=dict(type="str", choices=["started", "stopped", "restarted", "resumed"], default="started"),
-            stop_timeout=dict(type="int", default=30),
-        ),
-        supports_check_mode=True,
-    )
+    return LogSafeModule(**MODULE_OPTIONS)
 
 
 def has_session(module, name):

@@ -383,26 +383,31 @@ def changed(result):
             or any(entry["state"] in ("created", "replaced") for entry in result.get("links", ())))
 
 
+# AnsibleModule's keyword arguments; the write_files action validates a task's arguments against them on the
+# controller when it runs this module without AnsiballZ (plugin_utils/direct)
+MODULE_OPTIONS = dict(
+    argument_spec=dict(
+        directories=dict(type="list", elements="raw", default=[]),
+        directory_mode=dict(type="str", default="0700"),
+        files=dict(type="list", elements="dict", default=[], options=dict(
+            path=dict(type="path", required=True),
+            content=dict(type="str"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            mode=dict(type="str", default="0644"),
+            force=dict(type="bool", default=True),
+        )),
+        links=dict(type="list", elements="dict", default=[], options=dict(
+            path=dict(type="path", required=True),
+            src=dict(type="path", required=True),
+            force=dict(type="bool", default=False),
+        )),
+    ),
+    supports_check_mode=True,
+)
+
+
 def build_module():
-    return AnsibleModule(
-        argument_spec=dict(
-            directories=dict(type="list", elements="raw", default=[]),
-            directory_mode=dict(type="str", default="0700"),
-            files=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True),
-                content=dict(type="str"),
-                state=dict(type="str", choices=["present", "absent"], default="present"),
-                mode=dict(type="str", default="0644"),
-                force=dict(type="bool", default=True),
-            )),
-            links=dict(type="list", elements="dict", default=[], options=dict(
-                path=dict(type="path", required=True),
-                src=dict(type="path", required=True),
-                force=dict(type="bool", default=False),
-            )),
-        ),
-        supports_check_mode=True,
-    )
+    return AnsibleModule(**MODULE_OPTIONS)
 
 
 def main():

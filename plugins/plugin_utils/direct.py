@@ -2,11 +2,12 @@
 # Copyright: remote_gpu.trainer contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A probe module run without AnsiballZ: the controller side of module_utils/direct_run.
+"""A module run without AnsiballZ: the controller side of module_utils/direct_run.
 
 Every AnsiballZ module first compiles ``ansible.module_utils.basic`` and its imports on the host, from a zip: about
-0.25 s of the host's CPU on each run, ping's whole cost. patrol runs its probe on every host at every tick, so the
-probe's action (a ``DirectAction``) sends only what the probe needs when it can:
+0.25 s of the host's CPU on each run, ping's whole cost. patrol runs its probe on every host at every tick, and a
+fresh launch runs preflight's probe, two writes and the job's start on every host, each step waiting for the one
+before, so the actions of those modules (each a ``DirectAction``) send only what the module needs when they can:
 
 1. the task's arguments are validated here, on the controller, against the module's own argument spec (its
    ``MODULE_OPTIONS``: the keyword arguments it gives AnsibleModule);
@@ -18,10 +19,12 @@ The same module code runs on the host either way. It runs the usual way, Ansibal
 whenever Ansible would not pipeline it (pipelining off, async, a non-sh shell), when the task is delegated, when
 the host's Python is not known without discovery (no ansible_python_interpreter and no discovered one yet: every
 profile sets it), and when the arguments do not validate, so that the module reports them in its own words. It also
-runs through AnsiballZ when a step of the direct run that leans on ansible-core's private API fails, at preparation
-(the shebang, the module command) or at parsing (``_parse_returned_data``, which gives a dict up to 2.20 and a
-UnifiedTaskResult from 2.21), or when the host printed no module result at all: never a failed task of its own.
-``-vvv`` says which way each host ran, and why.
+runs through AnsiballZ when a step of the direct run that leans on ansible-core's private API fails at preparation
+(the shebang, the module command): nothing has run on the host yet. After the host has run it, a probe (``READ_ONLY``)
+runs again through AnsiballZ when the parsing fails (``_parse_returned_data``, which gives a dict up to 2.20 and a
+UnifiedTaskResult from 2.21) or the host printed no module result at all: never a failed task of its own. A module
+that changes the host (write_files, detached_job) is never run twice: its task fails, and says that what it changed
+is not known. ``-vvv`` says which way each host ran, and why.
 """
 
 from __future__ import annotations
@@ -230,12 +233,15 @@ def host_side_spec(spec):
 
 
 class DirectAction(NormalAction):
-    """The action of a probe module that runs without AnsiballZ where Ansible would pipeline it (see above).
+    """The action of a module that runs without AnsiballZ where Ansible would pipeline it (see above).
 
-    A subclass sets ``MODULE``, the module's short name. The module defines ``MODULE_OPTIONS``: the keyword arguments
-    it gives AnsibleModule (``argument_spec``, its constraints, ``supports_check_mode``)."""
+    A subclass sets ``MODULE``, the module's short name, and ``READ_ONLY = False`` where the module changes the host.
+    The module defines ``MODULE_OPTIONS``: the keyword arguments it gives AnsibleModule (``argument_spec``, its
+    constraints, ``supports_check_mode``)."""
 
     MODULE = ""
+    # a probe: a second run, through AnsiballZ, where the direct run's result cannot be read, is harmless
+    READ_ONLY = True
 
     def run(self, tmp=None, task_vars=None):
         # what the box answered leaves through the one redaction owner (a log tail that printed a token)
@@ -244,8 +250,9 @@ class DirectAction(NormalAction):
     def _run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         # Each step below that leans on ansible-core's private API (the shebang, the module command, the result
-        # parser) can change in any release. A failure of one, at preparation or at parsing, is no failure of the
-        # task: AnsiballZ runs the module the usual way (the probes only read, so a second run is harmless).
+        # parser) can change in any release. A failure of one at preparation is no failure of the task: AnsiballZ
+        # runs the module the usual way. At parsing, the host has run the module: a probe runs again through
+        # AnsiballZ, a module that changes the host does not (see not_read).
         try:
             command, text = self.direct_command(task_vars)
         except Unsupported as exc:
@@ -262,11 +269,26 @@ class DirectAction(NormalAction):
         try:
             parsed = self.direct_result(response)
         except Unsupported as exc:
-            return self.through_ansiballz(tmp, task_vars, exc)
+            why = str(exc)
         except Exception as exc:  # pylint: disable=broad-exception-caught
-            return self.through_ansiballz(tmp, task_vars, "parsing its direct run's result failed (%s: %s)"
-                                          % (type(exc).__name__, exc))
-        return merge_hash(result, parsed)
+            why = "parsing its direct run's result failed (%s: %s)" % (type(exc).__name__, exc)
+        else:
+            return merge_hash(result, parsed)
+        if self.READ_ONLY:
+            return self.through_ansiballz(tmp, task_vars, why)
+        return self.not_read(result, response, why)
+
+    def not_read(self, result, response, why):
+        """The failed result of a module that changes the host, which ran there but whose result cannot be read
+        (``why``): it is not run a second time (a restart would restart the job it has just started)."""
+        display.vvv("%s ran without AnsiballZ, and its result cannot be read: %s" % (self.MODULE, why),
+                    host=self._play_context.remote_addr)
+        stderr = response.get("stderr") or ""
+        return dict(result, failed=True, rc=response.get("rc"), module_stderr=stderr[-2000:],
+                    msg="%s ran on the host without AnsiballZ, but its result cannot be read (%s), so what it "
+                        "changed there is not known; it is not run a second time. Look at the host, then run "
+                        "again with -vvv (ANSIBLE_PIPELINING=False runs it through AnsiballZ) and report what it "
+                        "prints" % (self.MODULE, why))
 
     def through_ansiballz(self, tmp, task_vars, why):
         """The module run the usual way, through AnsiballZ (ansible.builtin.normal); ``-vvv`` says ``why``."""
@@ -281,7 +303,7 @@ class DirectAction(NormalAction):
         params, spec = self.validated_params(shared["options"], shared["subspecs"])
         request = json.dumps({"module": COLLECTION + ".plugins.modules." + self.MODULE, "params": params,
                               "spec": spec, "checked": [canonical(sub) for sub in shared["subspecs"].values()],
-                              "check_mode": bool(self._task.check_mode)})
+                              "check_mode": bool(self._task.check_mode), "diff": bool(self._task.diff)})
         text = program(shared, request)
         command = self._connection._shell.build_module_command(self._compute_environment_string(), shebang, "")
         if not isinstance(command, str) or not command.strip():
@@ -292,7 +314,7 @@ class DirectAction(NormalAction):
     def direct_result(self, response):
         """The module's result from the host's ``response``, as Ansible parses a module's: a dict up to
         ansible-core 2.20, a UnifiedTaskResult from 2.21. Unsupported when the output is no module result at all
-        (the runner itself failed): AnsiballZ then runs the module, and reports whatever stops it."""
+        (the runner itself failed): AnsiballZ then runs a probe, and reports whatever stops it (see _run)."""
         parsed = self._parse_returned_data(response, "legacy")
         if isinstance(parsed, dict):
             data, module_result = parsed, parsed.get("_ansible_parsed")

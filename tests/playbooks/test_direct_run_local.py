@@ -178,3 +178,80 @@ def test_a_broken_private_api_step_falls_back_to_ansiballz_without_a_failed_task
     assert out.count("job_status runs through AnsiballZ") == 1, out
     assert not result.get("failed") and result["jobs"][0]["items_done"] == 1, result
     assert result["jobs"][0]["final_status"] is not None
+
+
+# launch's writers: write_files (the job environment, the scripts) and detached_job (the queue runner's start)
+def written(root):
+    """{relative path: (mode, content or link target)} of everything under ``root``."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode & 0o7777
+        found[str(path.relative_to(root))] = (oct(mode), str(path.readlink()) if path.is_symlink()
+                                               else None if path.is_dir() else path.read_text())
+    return found
+
+
+def write_args(root):
+    return {"directories": [str(root / "env"), {"path": str(root / "env" / "jobenv.d"), "mode": "0750"}],
+            "files": [{"path": str(root / "env" / "jobenv.d" / "10-proxy.sh"), "content": "export A=1\n"},
+                      {"path": str(root / "run.sh"), "content": "#!/bin/bash\necho run\n", "mode": "0700",
+                       "force": False}],
+            "links": [{"path": str(root / "tb"), "src": str(root / "env")}]}
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+def test_write_files_both_ways_writes_the_same_and_says_the_same(pipelining, tmp_path, local_inventory):
+    root = tmp_path / "box"
+    way = "write_files runs without AnsiballZ" if pipelining else "write_files runs through AnsiballZ: pipelining is off"
+    rc, checked, out = adhoc(local_inventory, "remote_gpu.trainer.write_files", write_args(root), "--check", "--diff",
+                             pipelining=pipelining)
+    assert rc == 0 and way in out and checked["changed"] and not root.exists(), out
+    rc, first, out = adhoc(local_inventory, "remote_gpu.trainer.write_files", write_args(root), pipelining=pipelining)
+    assert rc == 0 and way in out and first["changed"], out
+    rc, again, out = adhoc(local_inventory, "remote_gpu.trainer.write_files", write_args(root), pipelining=pipelining)
+    assert rc == 0 and way in out and not again["changed"], out
+    assert written(root) == {"env": ("0o700", None), "env/jobenv.d": ("0o750", None),
+                             "env/jobenv.d/10-proxy.sh": ("0o644", "export A=1\n"),
+                             "run.sh": ("0o700", "#!/bin/bash\necho run\n"), "tb": ("0o777", str(root / "env"))}
+    # what the check said it would do is what the run did; --diff shows the files' contents
+    assert [entry["after"] for entry in checked.pop("diff")] == ["export A=1\n", "#!/bin/bash\necho run\n"]
+    assert stable(checked) == stable(first)
+
+
+def test_detached_job_both_ways_starts_a_job_whose_wrapper_records_its_end(tmp_path, local_inventory):
+    run_dir = tmp_path / "jobs"
+    for name, pipelining in (("direct", True), ("zipped", False)):
+        args = {"name": name, "run_dir": str(run_dir), "command": "echo $GREETING", "env": {"GREETING": "hi"},
+                "detach": "nohup", "state": "restarted"}
+        rc, result, out = adhoc(local_inventory, "remote_gpu.trainer.detached_job", args, pipelining=pipelining)
+        assert rc == 0 and result["changed"], out
+        assert ("detached_job runs without AnsiballZ" in out) is pipelining, out
+    deadline = time.monotonic() + 20
+    while not all((run_dir / name / "status.json").exists() for name in ("direct", "zipped")):
+        assert time.monotonic() < deadline, "a job's wrapper wrote no status.json"
+        time.sleep(0.2)
+    for name in ("direct", "zipped"):
+        assert json.loads((run_dir / name / "status.json").read_text())["exit_code"] == 0
+        assert "hi" in (run_dir / name / "job.log").read_text()
+    # the job's library, copied from the modules that ran: the direct run's is the same code without its comments
+    direct_lib, zipped_lib = (written(run_dir / name / "lib") for name in ("direct", "zipped"))
+    assert sorted(direct_lib) == sorted(zipped_lib) and direct_lib != zipped_lib
+
+
+def test_a_writer_whose_result_cannot_be_read_fails_and_is_not_run_twice(tmp_path, local_inventory):
+    (tmp_path / "action").mkdir()
+    (tmp_path / "library").mkdir()
+    (tmp_path / "action" / "write_files.py").write_text(
+        "from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.direct import DirectAction\n\n\n"
+        "class ActionModule(DirectAction):\n    MODULE = 'write_files'\n    READ_ONLY = False\n\n"
+        "    def _parse_returned_data(self, *args, **kwargs):\n        raise RuntimeError('a new parser')\n")
+    (tmp_path / "library" / "write_files.py").symlink_to(REPO / "plugins" / "modules" / "write_files.py")
+    target = tmp_path / "box" / "once.txt"
+    args = {"directories": [str(target.parent)], "files": [{"path": str(target), "content": "once\n"}]}
+    rc, result, out = adhoc(local_inventory, "write_files", args, ANSIBLE_ACTION_PLUGINS=str(tmp_path / "action"),
+                            ANSIBLE_LIBRARY=str(tmp_path / "library"))
+    assert rc != 0 and "FAILED!" in out and "runs through AnsiballZ" not in out, out
+    assert result["msg"].startswith("write_files ran on the host without AnsiballZ, but its result cannot be read "
+                                    "(parsing its direct run's result failed (RuntimeError: a new parser))")
+    assert "it is not run a second time" in result["msg"]
+    assert target.read_text() == "once\n"

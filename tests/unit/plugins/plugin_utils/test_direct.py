@@ -1,4 +1,4 @@
-"""A probe module run without AnsiballZ: the controller's payload (plugin_utils/direct) and the host's runner
+"""A module run without AnsiballZ: the controller's payload (plugin_utils/direct) and the host's runner
 (module_utils/direct_run), run for real in a child Python that reads the program from stdin, as a host's does."""
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def run_program(text, cwd, env=None):
     return proc.returncode, json.loads(lines[0])
 
 
-def request(module, params, spec=None, check_mode=False, checked=()):
+def request(module, params, spec=None, check_mode=False, checked=(), diff=False):
     return json.dumps({"module": MODULES + module, "params": params, "spec": spec or {}, "checked": list(checked),
-                       "check_mode": check_mode})
+                       "check_mode": check_mode, "diff": diff})
 
 
 def shared_with(sources):
@@ -61,7 +61,8 @@ def ansiballz_files(module):
 
 
 @pytest.mark.parametrize("module, allowed", [("job_status", (direct.BASIC,)),
-                                             ("preflight_probe", (direct.BASIC,) + direct.TYPING)])
+                                             ("preflight_probe", (direct.BASIC,) + direct.TYPING),
+                                             ("write_files", (direct.BASIC,)), ("detached_job", (direct.BASIC,))])
 def test_the_sources_sent_are_those_ansiballz_would_send(module, allowed):
     assert set(direct.module_sources(module, allowed)) == ansiballz_files(module)
 
@@ -88,7 +89,7 @@ def statement_lines(source):
     return [(type(node).__name__, node.lineno) for node in ast.walk(ast.parse(source)) if isinstance(node, ast.stmt)]
 
 
-@pytest.mark.parametrize("module", ["job_status", "preflight_probe"])
+@pytest.mark.parametrize("module", ["job_status", "preflight_probe", "write_files", "detached_job"])
 def test_the_host_gets_the_sources_without_their_documentation_each_statement_on_its_line(module):
     sources = direct.module_sources(module, (direct.BASIC,) + direct.TYPING)
     whole = {name: direct.read_source(name) for name in sources}
@@ -219,6 +220,20 @@ def test_ansiblemodule_stand_in_fails_exits_and_finds_binaries_as_ansiblemodule_
     assert (code, result) == (0, {"rc": 0, "out": "C e\n", "check_mode": True})
     code, result = run_program(direct.program(shared, request("tools", {"required": True})), tmp_path, env)
     assert code == 1 and result["failed"] and result["msg"].startswith('Failed to find required executable "absent"')
+
+
+def test_the_stand_in_keeps_the_diff_flag_and_the_loader_gives_the_sources_it_was_sent(tmp_path):
+    # write_files reads module._diff; detached_job copies the job's library from its modules' loader (get_source)
+    helper = "# a comment\nVALUE = 1\n"
+    body = ("import importlib\n"
+            "from ansible.module_utils.basic import AnsibleModule\n"
+            "from ansible_collections.remote_gpu.trainer.plugins.module_utils import helper\n"
+            "m = AnsibleModule(argument_spec={}, supports_check_mode=True)\n"
+            "m.exit_json(diff=m._diff, source=helper.__loader__.get_source(helper.__name__), value=helper.VALUE)\n")
+    shared = shared_with({MODULES + "differ": body, direct.MODULE_UTILS + ".helper": helper})
+    for diff in (True, False):
+        code, result = run_program(direct.program(shared, request("differ", {}, diff=diff)), tmp_path)
+        assert (code, result) == (0, {"diff": diff, "source": helper, "value": 1})
 
 
 def test_a_module_without_check_mode_support_is_skipped_in_check_mode(tmp_path):
