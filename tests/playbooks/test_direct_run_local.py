@@ -185,9 +185,11 @@ def written(root):
     """{relative path: (mode, content or link target)} of everything under ``root``."""
     found = {}
     for path in sorted(root.rglob("*")):
-        mode = path.lstat().st_mode & 0o7777
-        found[str(path.relative_to(root))] = (oct(mode), str(path.readlink()) if path.is_symlink()
-                                               else None if path.is_dir() else path.read_text())
+        if path.is_symlink():
+            what = str(path.readlink())
+        else:
+            what = None if path.is_dir() else path.read_text()
+        found[str(path.relative_to(root))] = (oct(path.lstat().st_mode & 0o7777), what)
     return found
 
 

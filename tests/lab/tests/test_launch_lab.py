@@ -223,7 +223,12 @@ def relaunch_changes_nothing(fleet, src, extra, says):
 def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(fleet, src):
     flag = "/root/go-resume"
     extra = {"launch_name": "resume", "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
-    launch(fleet, src, "-l", "lab-03", extra=extra)
+    proc = launch(fleet, src, "-l", "lab-03", "-vvv", extra=extra)
+    # every module of a fresh launch ran without AnsiballZ (plugin_utils/direct): both probes, both writes, the start
+    ran = re.findall(r"^<[^>]+> (\w+) runs (without|through) AnsiballZ", proc.stdout, re.M)
+    assert sorted(ran) == sorted([("job_status", "without"), ("preflight_probe", "without"),
+                                  ("write_files", "without"), ("write_files", "without"),
+                                  ("detached_job", "without")]), ran
     deadline = time.monotonic() + 60
     while "001 r1 lab-03" not in runs(fleet, "lab-03") and time.monotonic() < deadline:
         time.sleep(0.3)
