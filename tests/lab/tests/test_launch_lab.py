@@ -15,6 +15,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
 from labhelpers import REPO, SshCounter, needs_root, started_fleet
@@ -61,12 +62,12 @@ def src(tmp_path_factory):
     return root
 
 
-def launch(fleet, src, *args, extra=None, env=None):
+def launch(fleet, src, *args, extra=None, env=None, inventory=None):
     variables = {"launch_src": str(src), "launch_command": "bash train.sh"}
     variables.update(extra or {})
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), **(env or {}))
-    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory or fleet.inventory_path,
                            os.path.join(REPO, "playbooks", "launch.yml"), "-e", json.dumps(variables), *args],
                           capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -203,6 +204,35 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     wait_finished(fleet, "lab-01", "train")
     lines = [line for line in runs(fleet, "lab-01") if line]
     assert sorted(lines) == ["000 a0 lab-01", "003 a3 lab-01", "003 a3 lab-01", "006 a6 lab-01"]
+
+
+def accepted(fleet, host):
+    """How many SSH connections the host's sshd has accepted so far (its log: sshd -e, in the host's init.log)."""
+    with open(os.path.join(fleet.state, "hosts", host, "init.log"), encoding="utf-8", errors="replace") as fh:
+        return fh.read().count("Accepted publickey for ")
+
+
+def test_a_fresh_launch_opens_one_ssh_connection_per_host(fleet, src, tmp_path):
+    # The lab's inventory names a ControlPath in ansible_ssh_common_args; a user's rarely does, and Ansible then keeps
+    # its master connection's socket in control_path_dir. push_code's rsync runs (the code, the helpers) go over that
+    # connection too (plugin_utils/rsync.shared_connection), instead of opening one each: 8 to 10 round trips apiece.
+    with open(fleet.inventory_path, encoding="utf-8") as fh:
+        inventory = yaml.safe_load(fh)
+    common = inventory["all"]["vars"]["ansible_ssh_common_args"]
+    inventory["all"]["vars"]["ansible_ssh_common_args"] = re.sub(r" ?-o ControlPath=\S+", "", common)
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    sockets = tmp_path / "cp"
+    before = {host: accepted(fleet, host) for host in HOSTS}
+    try:
+        launch(fleet, src, inventory=str(tmp_path / "inventory.yml"), env={"ANSIBLE_CONTROL_PATH_DIR": str(sockets)},
+               extra={"launch_name": "oneconn", "launch_queue": ["c0", "c1", "c2"]})
+        assert {host: accepted(fleet, host) - before[host] for host in HOSTS} == dict.fromkeys(HOSTS, 1)
+    finally:
+        for socket in sockets.glob("*"):
+            subprocess.run(["ssh", "-o", "ControlPath=%s" % socket, "-O", "exit", "lab"], capture_output=True,
+                           check=False)
+    for host in HOSTS:
+        assert wait_finished(fleet, host, "oneconn")["exit_code"] == 0
 
 
 def relaunch_changes_nothing(fleet, src, extra, says):

@@ -154,3 +154,55 @@ def test_run_rsync_refuses_a_timeout_of_zero_before_running(monkeypatch):
     monkeypatch.setattr(rsync, "run_with_timeout", lambda argv, timeout: pytest.fail("rsync ran"))
     with pytest.raises(rsync.RsyncError, match="timeout must be a positive"):
         rsync.run_rsync(["rsync"], 0, "x")
+
+
+def ssh_connection(tmp_path, **variables):
+    """ansible-core's own ssh connection plugin, its options set from ``variables`` as a task's host would (its
+    ssh_args ansible-core's default unless given)."""
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader, init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+    context = PlayContext()
+    context.remote_addr = variables.get("ansible_host")
+    conn = connection_loader.get("ansible.builtin.ssh", context, None)
+    conn.set_options(var_options=dict({"ansible_control_path_dir": str(tmp_path / "cp"),
+                                       "ansible_ssh_args": "-C -o ControlMaster=auto -o ControlPersist=60s"},
+                                      **variables))
+    return conn
+
+
+def ansible_control_path(conn):
+    """The ControlPath that ansible-core's ssh connection itself puts in its command line."""
+    argv = [arg.decode() if isinstance(arg, bytes) else arg for arg in conn._build_command("ssh", "ssh", "box", "true")]
+    found = [arg for arg in argv if arg.startswith("ControlPath=")]
+    assert len(found) == 1, argv
+    return found[0][len("ControlPath="):].strip('"')
+
+
+@pytest.mark.parametrize("variables", [
+    {"ansible_host": "10.0.0.5", "ansible_user": "root", "ansible_port": 2222},
+    {"ansible_host": "box.example.org"},
+    {"ansible_host": "10.0.0.5", "ansible_user": "ubuntu", "ansible_control_path": "%(directory)s/%%h-%%r"},
+])
+def test_rsync_runs_over_the_connection_ansible_keeps_open_to_the_box(tmp_path, variables):
+    # ansible-core's default ssh_args ask for ControlMaster and ControlPersist; the ControlPath is the one it adds
+    conn = ssh_connection(tmp_path, **variables)
+    target = rsync.Target.from_connection(conn, {})
+    assert "ControlMaster=auto" in target.ssh_args and "ControlPath=%s" % ansible_control_path(conn) in target.ssh_args
+    assert target.ssh_argv().count("ControlPath=%s" % ansible_control_path(conn)) == 1
+
+
+def test_a_controlpath_of_the_inventory_is_left_as_it_is_and_no_persistence_means_no_socket(tmp_path):
+    conn = ssh_connection(tmp_path, ansible_host="box", ansible_ssh_common_args="-o ControlPath=/run/cp/%C")
+    assert [arg for arg in rsync.Target.from_connection(conn, {}).ssh_args if "ControlPath" in arg] == [
+        "ControlPath=/run/cp/%C"]
+    conn = ssh_connection(tmp_path, ansible_host="box", ansible_ssh_args="-o ServerAliveInterval=15")
+    assert rsync.Target.from_connection(conn, {}).ssh_args == ["-o", "ServerAliveInterval=15"]
+
+
+def test_a_connection_whose_control_path_cannot_be_known_connects_on_its_own():
+    conn = connection(host="box", ssh_args="-o ControlMaster=auto -o ControlPersist=60s")
+    conn._create_control_path.side_effect = TypeError("a new signature")
+    assert rsync.Target.from_connection(conn, {}).ssh_args == ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s"]
