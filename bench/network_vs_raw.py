@@ -60,7 +60,7 @@ WEIGHTS = struct.pack("<Q", len(_HEADER)) + _HEADER + struct.pack("<4f", 0.5, 1.
 # durable FS large enough for every host's outputs
 FLEET_OPTIONS = ("--platform", "all=autodl", "--durable-size", "1g", "--durable-inodes", "100000")
 # the actions that run their module without AnsiballZ (plugin_utils/direct.DirectAction)
-DIRECT_ACTIONS = ("job_status", "preflight_probe", "write_files", "detached_job")
+DIRECT_ACTIONS = ("job_status", "preflight_probe", "write_files", "detached_job", "pull_manifest", "box_identity")
 NO_DIRECT = '''"""Benchmark only: %s always runs through AnsiballZ (the direct run switched off)."""
 from __future__ import annotations
 

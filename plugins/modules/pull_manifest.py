@@ -370,22 +370,27 @@ def run_jobs(module, result):
     return [entry for entry in result["runs"] if not entry["sha256"]]
 
 
+# AnsibleModule's keyword arguments; the pull_manifest action validates a task's arguments against them on the
+# controller when it runs this module without AnsiballZ (plugin_utils/direct)
+MODULE_OPTIONS = dict(
+    argument_spec=dict(
+        root=dict(type="path"),
+        roster=dict(type="list", elements="str"),
+        roster_file=dict(type="path"),
+        job=dict(type="str"),
+        jobs=dict(type="list", elements="str"),
+        run_dir=dict(type="path", default=job_layout.DEFAULT_RUN_DIR),
+        manifest_path=dict(type="path"),
+        run_id=dict(type="str"),
+    ),
+    mutually_exclusive=[("roster", "roster_file", "job", "jobs")],
+    required_one_of=[("roster", "roster_file", "job", "jobs")],
+    supports_check_mode=True,
+)
+
+
 def build_module():
-    module = LogSafeModule(
-        argument_spec=dict(
-            root=dict(type="path"),
-            roster=dict(type="list", elements="str"),
-            roster_file=dict(type="path"),
-            job=dict(type="str"),
-            jobs=dict(type="list", elements="str"),
-            run_dir=dict(type="path", default=job_layout.DEFAULT_RUN_DIR),
-            manifest_path=dict(type="path"),
-            run_id=dict(type="str"),
-        ),
-        mutually_exclusive=[("roster", "roster_file", "job", "jobs")],
-        required_one_of=[("roster", "roster_file", "job", "jobs")],
-        supports_check_mode=True,
-    )
+    module = LogSafeModule(**MODULE_OPTIONS)
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
     return module
 

@@ -138,13 +138,17 @@ def test_a_stale_id_after_a_re_rent_is_refused_before_any_request(fleet, tmp_pat
     pulls = tmp_path / "pulls"
     try:
         inventory = hand_inventory(fleet, tmp_path, "lab-01", "fakepod0007", fake.url)
-        proc, out = teardown([inventory], "lab-01", pulls, {"RUNPOD_API_KEY": KEY})
+        proc, out = teardown([inventory], "lab-01", pulls, {"RUNPOD_API_KEY": KEY, "ANSIBLE_VERBOSITY": "3"})
     finally:
         fake.stop()
     assert proc.returncode != 0, out[-4000:]
     text = " ".join(out.split())
     assert "identity_mismatch" in text and "says it is instance fakepod0001" in text, out[-4000:]
     assert fake.api_requests() == []
+    # the box's side of teardown ran without AnsiballZ (plugin_utils/direct), and -vvv shows no key
+    for module in ("job_status", "pull_manifest", "box_identity"):
+        assert "%s runs without AnsiballZ" % module in out, module
+    assert "runs through AnsiballZ" not in out and KEY not in out
     assert not receipt_of(pulls, "lab-01").exists()
     assert fake.find("fakepod0001")["desiredStatus"] == "RUNNING"
 

@@ -62,7 +62,8 @@ def ansiballz_files(module):
 
 @pytest.mark.parametrize("module, allowed", [("job_status", (direct.BASIC,)),
                                              ("preflight_probe", (direct.BASIC,) + direct.TYPING),
-                                             ("write_files", (direct.BASIC,)), ("detached_job", (direct.BASIC,))])
+                                             ("write_files", (direct.BASIC,)), ("detached_job", (direct.BASIC,)),
+                                             ("pull_manifest", (direct.BASIC,)), ("box_identity", (direct.BASIC,))])
 def test_the_sources_sent_are_those_ansiballz_would_send(module, allowed):
     assert set(direct.module_sources(module, allowed)) == ansiballz_files(module)
 
@@ -89,7 +90,8 @@ def statement_lines(source):
     return [(type(node).__name__, node.lineno) for node in ast.walk(ast.parse(source)) if isinstance(node, ast.stmt)]
 
 
-@pytest.mark.parametrize("module", ["job_status", "preflight_probe", "write_files", "detached_job"])
+@pytest.mark.parametrize("module", ["job_status", "preflight_probe", "write_files", "detached_job", "pull_manifest",
+                                    "box_identity"])
 def test_the_host_gets_the_sources_without_their_documentation_each_statement_on_its_line(module):
     sources = direct.module_sources(module, (direct.BASIC,) + direct.TYPING)
     whole = {name: direct.read_source(name) for name in sources}
