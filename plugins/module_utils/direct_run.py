@@ -5,10 +5,10 @@
 """Runs one of this collection's direct-run modules on the host without AnsiballZ: the box side of plugin_utils/direct.
 
 Every AnsiballZ module, ping included, starts by compiling ``ansible.module_utils.basic`` and its imports from a zip
-(about 0.25 s of the host's CPU per run). A direct-run module of this collection (the probes job_status and
-preflight_probe, and launch's writers write_files and detached_job) needs only a few of AnsibleModule's methods, so
-its action sends this file instead, as the program the host's Python reads from stdin (as Ansible pipelines a
-module), followed by one call: ``main(SOURCES, REQUEST)``.
+(about 0.25 s of the host's CPU per run). A module of this collection whose action is a plugin_utils/direct
+DirectAction (patrol's and preflight's probes, launch's writes and start, teardown's manifest and identity check)
+needs only a few of AnsibleModule's methods, so its action sends this file instead, as the program the host's Python
+reads from stdin (as Ansible pipelines a module), followed by one call: ``main(SOURCES, REQUEST)``.
 
 * SOURCES: base64 of zlib-compressed JSON ``{import name: source}``: the module and the module_utils it imports,
   imported from memory (nothing is written on the host).

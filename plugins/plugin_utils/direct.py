@@ -23,8 +23,8 @@ runs through AnsiballZ when a step of the direct run that leans on ansible-core'
 (the shebang, the module command): nothing has run on the host yet. After the host has run it, a probe (``READ_ONLY``)
 runs again through AnsiballZ when the parsing fails (``_parse_returned_data``, which gives a dict up to 2.20 and a
 UnifiedTaskResult from 2.21) or the host printed no module result at all: never a failed task of its own. A module
-that changes the host (write_files, detached_job) is never run twice: its task fails, and says that what it changed
-is not known. ``-vvv`` says which way each host ran, and why.
+that changes the host (its action's ``READ_ONLY`` is False: a write, a job's start) is never run twice: its task
+fails, and says that what it changed is not known. ``-vvv`` says which way each host ran, and why.
 """
 
 from __future__ import annotations
