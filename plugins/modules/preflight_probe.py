@@ -19,7 +19,8 @@ description:
     three. The checks are the same code as those modules' (C(module_utils/storage_probe.py), C(gpu_health.py),
     C(env_probe.py)), so they give the same findings, and each one's result is returned under the module's name
     (RV(inode_check), RV(gpu_health), RV(env_audit)), as that module returns it. The same run looks at the paths
-    of O(stat), as M(ansible.builtin.stat) would, without a run of its own."
+    of O(stat), as M(ansible.builtin.stat) would, and asks a Python whether it has the modules of
+    O(python_modules), without a run of its own."
   - The GPU check runs in a thread of its own, and the environment's reads (cgroup, the torch import in a child
     process) in another, while the storage is checked. The GPU sampling (C(sample_seconds) of O(gpu)) overlaps the other
     checks instead of adding to them. The environment is judged last, with what the GPU check found.
@@ -71,6 +72,22 @@ options:
     type: list
     elements: str
     default: []
+  python_modules:
+    description:
+      - Python modules to look for in the same run, as C(importlib.util.find_spec) finds them in the Python of
+        O(python_modules_interpreter); for example C(hf_transfer), which the hf_mirror role turns on only where the
+        jobs' Python has it. Each one's answer is in RV(python_modules).
+      - At most 16, each a dotted name (letters, digits and C(_)). That Python runs once for all of them, under a
+        timeout of 30 seconds; one that cannot run fails the task, naming it.
+    type: list
+    elements: str
+    default: []
+  python_modules_interpreter:
+    description:
+      - The Python that O(python_modules) are looked for in, an absolute path or a name on the remote user's
+        C(PATH); empty, the Python this module runs in.
+    type: str
+    default: ""
 notes:
   - The findings, their codes and levels are those of the three modules; see their documentation.
   - Reading the kernel log may need root (C(become)) or membership of the C(systemd-journal) or C(adm) group.
@@ -150,6 +167,13 @@ stat:
   sample:
     {/etc/network_turbo: {exists: true, isreg: true, isdir: false, islnk: false, lnk_target: null},
      /root/tf-logs/exp42: {exists: false, isreg: false, isdir: false, islnk: false, lnk_target: null}}
+python_modules:
+  description:
+    - For each name of O(python_modules), whether O(python_modules_interpreter) finds it (C(importlib.util.find_spec)).
+    - Empty when the task failed before that Python ran, or when O(python_modules) is empty.
+  type: dict
+  returned: always
+  sample: {hf_transfer: false}
 seconds:
   description:
     - Wall seconds each check took (C(storage), C(gpu), C(env)) and the whole probe (C(total)), rounded to ms.
@@ -160,8 +184,11 @@ seconds:
 """
 
 import errno
+import json
 import os
+import re
 import stat
+import sys
 import threading
 import time
 
@@ -169,7 +196,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import env_probe, gpu_health, storage_probe
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import command, env_probe, gpu_health, storage_probe
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.findings import (
     FAIL_ON_OPTION, exit_by_fail_on, worst)
 
@@ -179,6 +206,18 @@ CHECKS = (("gpu", "gpu_health"), ("storage", "inode_check"), ("env", "env_audit"
 ENV_SPEC = dict(env_probe.ARGUMENT_SPEC, gpus_expected=dict(type="bool"),
                 gpu_names=dict(type="list", elements="str"))
 MAX_STAT_PATHS = 64
+MAX_PYTHON_MODULES = 16
+PYTHON_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# run by the Python of python_modules_interpreter, with the names as its arguments: one JSON line
+FIND_MODULES = ("import importlib.util, json, sys\n"
+                "found = {}\n"
+                "for name in sys.argv[1:]:\n"
+                "    try:\n"
+                "        found[name] = importlib.util.find_spec(name) is not None\n"
+                "    except (ImportError, ValueError):\n"
+                "        found[name] = False\n"
+                "print(json.dumps(found))\n")
+PYTHON_MODULES_TIMEOUT = 30
 ERRORS = (storage_probe.InodeCheckError, gpu_health.GpuHealthError, env_probe.EnvAuditError)
 # each check's suboptions: (name, its module's argument spec, its own checks)
 SECTIONS = (("storage", storage_probe.ARGUMENT_SPEC, storage_probe.validate),
@@ -235,7 +274,8 @@ def validate(params):
             check(checked[name])
         except (ValueError,) + ERRORS as exc:
             return None, "%s: %s" % (name, exc)
-    problem = validate_stat(params["stat"])
+    problem = (validate_stat(params["stat"])
+               or validate_python_modules(params["python_modules"], params["python_modules_interpreter"]))
     return (None, problem) if problem else (checked, None)
 
 
@@ -248,6 +288,38 @@ def validate_stat(paths):
         if "\x00" in path or not os.path.isabs(os.path.expanduser(path)):
             return "stat: %r is not an absolute path: give the full path (or start it with ~)" % path
     return None
+
+
+def validate_python_modules(names, interpreter):
+    """The options python_modules and python_modules_interpreter -> None, or the message that says what is wrong."""
+    if len(names) > MAX_PYTHON_MODULES:
+        return "python_modules: at most %d names, got %d" % (MAX_PYTHON_MODULES, len(names))
+    for name in names:
+        if not PYTHON_MODULE.match(name):
+            return "python_modules: %r is not a Python module's dotted name (letters, digits, _ and dots)" % name
+    if "\x00" in interpreter or interpreter.startswith("-"):
+        return "python_modules_interpreter: %r is not a Python's path or name" % interpreter
+    return None
+
+
+def find_modules(module, names, interpreter):
+    """{name: whether ``interpreter`` (its path, a name on PATH, or '' for this Python) finds it}; ValueError that
+    names the Python when it cannot run or answer."""
+    if not names:
+        return {}
+    python = interpreter or sys.executable
+    if "/" not in python:
+        python = module.get_bin_path(python) or python
+    rc, out, err = command.run_with_timeout([python, "-c", FIND_MODULES] + list(names), PYTHON_MODULES_TIMEOUT)
+    if rc is None:
+        raise ValueError("%s did not answer within %d s" % (python, PYTHON_MODULES_TIMEOUT))
+    try:
+        found = json.loads(out.strip().splitlines()[-1]) if rc == 0 and out.strip() else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or set(found) != set(names):
+        raise ValueError("%s could not be asked (rc %s): %s" % (python, rc, (err.strip() or out.strip())[-300:]))
+    return dict((name, found[name] is True) for name in names)
 
 
 def look_at(paths):
@@ -294,6 +366,11 @@ def run_probe(module, params):
         results["stat"] = {}
         errors.append("stat: cannot look at %s: %s" % (exc.filename, exc.strerror))
     try:
+        results["python_modules"] = find_modules(module, params["python_modules"], params["python_modules_interpreter"])
+    except ValueError as exc:
+        results["python_modules"] = {}
+        errors.append("python_modules: %s" % exc)
+    try:
         results["gpu_health"] = gpu.result()
     except gpu_health.GpuHealthError as exc:
         errors.append("gpu: %s" % exc)
@@ -329,6 +406,8 @@ MODULE_OPTIONS = dict(
         gpu=dict(type="dict", default={}),
         env=dict(type="dict", default={}),
         stat=dict(type="list", elements="str", default=[]),
+        python_modules=dict(type="list", elements="str", default=[]),
+        python_modules_interpreter=dict(type="str", default=""),
         fail_on=FAIL_ON_OPTION,
     ),
     supports_check_mode=True,
@@ -341,7 +420,8 @@ def build_module():
 
 
 def empty_result():
-    return dict(changed=False, status="FAIL", inode_check=None, gpu_health=None, env_audit=None, stat={}, seconds={})
+    return dict(changed=False, status="FAIL", inode_check=None, gpu_health=None, env_audit=None, stat={},
+                python_modules={}, seconds={})
 
 
 def main():

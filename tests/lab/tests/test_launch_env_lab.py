@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from labhelpers import needs_root, started_fleet
+from labhelpers import SshCounter, needs_root, started_fleet
 from test_launch_lab import launch, read_json, wait_finished
 
 pytestmark = needs_root
@@ -160,6 +160,35 @@ def test_code_json_and_item_status_record_the_torch_of_the_jobs_environment(flee
                              "cuda": None, "hip": None, "build": None,
                              "reason": "torch is not installed for %s" % system_python}
             assert ", commit none, no torch)" in report(proc), report(proc)
+
+
+def test_hf_transfer_is_on_only_where_the_jobs_python_has_it_asked_in_the_probes_run(fleet, tmp_path):
+    """hf_mirror_transfer (RunPod's profile sets it) exports HF_HUB_ENABLE_HF_TRANSFER=1 to the jobs only where
+    their Python (hf_mirror_interpreter) finds hf_transfer. Launch asks that Python in its probe's run
+    (preflight_probe's python_modules): no SSH execution of its own, 6 per host either way."""
+    site = os.path.dirname(os.path.dirname(give_image_environment(fleet, "lab-01")))
+    python = "/root/miniconda3/bin/python"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.sh").write_text(TRAIN_SH)
+    try:
+        for name, installed in (("hfnone", False), ("hfyes", True)):
+            if installed:
+                fleet.ssh("lab-01", "mkdir -p %s/hf_transfer && touch %s/hf_transfer/__init__.py" % (site, site))
+            (tmp_path / name).mkdir()
+            ssh = SshCounter(tmp_path / name)
+            proc = launch(fleet, src, "-l", "lab-01", env=ssh.env,
+                          extra={"launch_name": name, "launch_queue": ["h0"], "hf_mirror_transfer": True,
+                                 "hf_mirror_interpreter": python})
+            assert ssh.per_host(fleet, ["lab-01"]) == {"lab-01": 6}
+            fragment = fleet.ssh("lab-01", "cat /root/.trainer/env.d/20-hf_mirror.sh").stdout
+            assert ("export HF_HUB_ENABLE_HF_TRANSFER=" in fragment) is installed, fragment
+            said = "HF_HUB_ENABLE_HF_TRANSFER not set: hf_transfer is not installed for %s" % python
+            assert (said in report(proc)) is not installed, report(proc)
+            assert ("HF_HUB_ENABLE_HF_TRANSFER=1" in report(proc)) is installed, report(proc)
+            assert wait_finished(fleet, "lab-01", name)["exit_code"] == 0
+    finally:
+        fleet.ssh("lab-01", "rm -rf %s/hf_transfer" % site)
 
 
 def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):

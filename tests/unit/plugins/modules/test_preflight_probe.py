@@ -233,3 +233,54 @@ def test_stat_refuses_relative_or_too_many_paths_and_names_one_it_cannot_look_at
     failed, result = module_runner(preflight_probe, dict(base, stat=[long_name]))
     assert failed and result["msg"] == "stat: cannot look at %s: File name too long" % long_name, result["msg"]
     assert result["inode_check"]["paths"]  # the other checks' results are kept
+
+
+def jobs_python(tmp_path, packages):
+    """A Python for the jobs (a wrapper around this one) that finds ``packages`` on its own path only."""
+    site = tmp_path / "jobs-site"
+    for package in packages:
+        (site / package.replace(".", "/")).mkdir(parents=True, exist_ok=True)
+        (site / package.replace(".", "/") / "__init__.py").write_text("")
+    wrapper = tmp_path / "jobs-python"
+    wrapper.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s "$@"\n' % (site, sys.executable))
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_python_modules_are_looked_for_in_the_jobs_python_in_the_same_run(module_runner, tmp_path):
+    base = {"storage": {"paths": [str(tmp_path)]}, "gpu": {"nvidia_smi_path": str(tmp_path / "absent")},
+            "env": {"torch": False}, "fail_on": "never"}
+    python = jobs_python(tmp_path, ["hf_transfer", "vendor.fast"])
+    failed, result = module_runner(preflight_probe, dict(base, python_modules=["hf_transfer", "vendor.fast", "absent_mod",
+                                                                               "json"],
+                                                         python_modules_interpreter=python))
+    assert not failed, result
+    assert result["python_modules"] == {"hf_transfer": True, "vendor.fast": True, "absent_mod": False, "json": True}
+    # this module's own Python does not have the jobs' package
+    failed, result = module_runner(preflight_probe, dict(base, python_modules=["hf_transfer"]))
+    assert not failed and result["python_modules"] == {"hf_transfer": False}, result
+    failed, result = module_runner(preflight_probe, base)
+    assert not failed and result["python_modules"] == {}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"python_modules": ["hf-transfer"]}, "python_modules: 'hf-transfer' is not a Python module's dotted name"),
+    ({"python_modules": ["m%d" % n for n in range(17)]}, "python_modules: at most 16 names, got 17"),
+    ({"python_modules": ["x"], "python_modules_interpreter": "-c"}, "python_modules_interpreter: '-c' is not"),
+])
+def test_python_modules_refuses_what_is_not_a_module_name_before_anything_runs(module_runner, tmp_path, options,
+                                                                               message):
+    base = {"storage": {"paths": [str(tmp_path)]}, "env": {"torch": False}, "fail_on": "never"}
+    failed, result = module_runner(preflight_probe, dict(base, **options))
+    assert failed and result["msg"].startswith(message), result["msg"]
+    assert result["inode_check"] is None
+
+
+def test_a_jobs_python_that_cannot_run_fails_the_probe_naming_it(module_runner, tmp_path):
+    base = {"storage": {"paths": [str(tmp_path)]}, "gpu": {"nvidia_smi_path": str(tmp_path / "absent")},
+            "env": {"torch": False}, "fail_on": "never"}
+    missing = str(tmp_path / "envs" / "train" / "bin" / "python")
+    failed, result = module_runner(preflight_probe, dict(base, python_modules=["hf_transfer"],
+                                                         python_modules_interpreter=missing))
+    assert failed and result["msg"].startswith("python_modules: %s could not be asked (rc 127)" % missing), result
+    assert result["inode_check"]["paths"] and result["python_modules"] == {}
