@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
-import concurrent.futures
 import contextlib
 import io
 import json
@@ -32,7 +31,10 @@ SEEDS = REPO / "tests" / "fixtures" / "seeds" / "scripts.txt"
 VENV_BIN = pathlib.Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 
-from fleetlib.state import children  # noqa: E402  (the lab's own reader of /proc/PID/task/*/children)
+# the lab's own: its reader of /proc (a process and what is below it), the closing of its SSH masters, and its
+# inventory's common SSH arguments without their ControlPath (the benchmarks import the last two from here)
+from fleetlib.inventory import without_control_path  # noqa: E402,F401  # pylint: disable=unused-import
+from fleetlib.state import close_masters, tree  # noqa: E402,F401  # pylint: disable=unused-import
 
 
 def arguments(doc, **options):
@@ -215,15 +217,6 @@ CPUACCT = pathlib.Path("/sys/fs/cgroup/cpuacct")
 NO_BOX_METER = "not measured (this machine has no writable cgroup-v1 cpuacct hierarchy)"
 
 
-def _process_tree(pid):
-    """``pid`` and every process below it (a process that ends meanwhile is skipped)."""
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo.extend(children(found[-1]))
-    return found
-
-
 @contextlib.contextmanager
 def box_cpu(state):
     """Yields a function that returns the CPU seconds the lab's boxes have used so far (their sshd, the modules
@@ -240,7 +233,7 @@ def box_cpu(state):
         return
     try:
         for instance in json.loads((state / "fleet.json").read_text())["instances"]:
-            for pid in _process_tree(instance["unshare"]["pid"]):
+            for pid in tree(instance["unshare"]["pid"]):
                 with contextlib.suppress(OSError):
                     (group / "cgroup.procs").write_text("%d\n" % pid)
         yield lambda: int((group / "cpuacct.usage").read_text()) / 1e9
@@ -279,17 +272,3 @@ def cpu_timed_with_boxes(func, meter):
 def box_work(used, walls, idle):
     """The median of the runs' box CPU (``used``, from cpu_timed_with_boxes) above the boxes' idle rate."""
     return statistics.median(max(0.0, box - idle * wall) for box, wall in zip(used, walls))
-
-
-def close_masters(state):
-    """Close the ControlPersist masters of a lab fleet's state directory, so the next run connects cold."""
-    sockets = list((state / "cp").glob("*")) if (state / "cp").is_dir() else []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(sockets))) as pool:
-        list(pool.map(lambda sock: subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "lab"],
-                                                  capture_output=True, check=False), sockets))
-
-
-def without_control_path(common_args):
-    """The words of an inventory's ansible_ssh_common_args without its ControlPath (a baseline connects cold)."""
-    words = common_args.split()
-    return [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath") for w in pair]

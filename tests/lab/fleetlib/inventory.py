@@ -145,6 +145,13 @@ PREFLIGHT_VARS = {"expected_count": "preflight_expected_gpus", "expected_name": 
                   "min_memory_mib": "preflight_min_memory_mib"}
 
 
+def without_control_path(common_args: str) -> list:
+    """The words of an inventory's ansible_ssh_common_args without the ControlPath that ``inventory`` puts there (a
+    baseline that connects cold, or a user's inventory, which rarely names one)."""
+    words = common_args.split()
+    return [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath") for w in pair]
+
+
 def inventory(state: str, instances: list, key_file: str, known_hosts: str, port: int = 22) -> dict:
     common = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes"
     control = os.path.join(state, "cp", "%C")

@@ -102,6 +102,26 @@ def children(pid: int) -> list:
     return out
 
 
+def tree(pid: int) -> list:
+    """``pid`` and every process below it (a process that ends meanwhile is skipped)."""
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children(found[-1]))
+    return found
+
+
+def close_masters(state: str) -> None:
+    """Close the SSH ControlPersist masters whose sockets are in ``<state>/cp`` (the inventory's ControlPath), so
+    that the next run connects cold and no master outlives the fleet."""
+    directory = os.path.join(str(state), "cp")
+    sockets = [os.path.join(directory, name) for name in os.listdir(directory)] if os.path.isdir(directory) else []
+    procs = [subprocess.Popen(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "lab"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for sock in sockets]
+    for proc in procs:
+        proc.wait()
+
+
 # --- mounts ----------------------------------------------------------------------------------------------
 
 def _unescape(path: str) -> str:

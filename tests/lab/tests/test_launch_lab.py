@@ -20,6 +20,9 @@ import yaml
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import tree_checksum
 from labhelpers import REPO, SshCounter, needs_root, started_fleet
 
+from fleetlib.inventory import without_control_path  # labhelpers puts tests/lab on the import path
+from fleetlib.state import close_masters, host_dir
+
 pytestmark = needs_root
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
 
@@ -208,7 +211,7 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
 
 def accepted(fleet, host):
     """How many SSH connections the host's sshd has accepted so far (its log: sshd -e, in the host's init.log)."""
-    with open(os.path.join(fleet.state, "hosts", host, "init.log"), encoding="utf-8", errors="replace") as fh:
+    with open(os.path.join(host_dir(fleet.state, host), "init.log"), encoding="utf-8", errors="replace") as fh:
         return fh.read().count("Accepted publickey for ")
 
 
@@ -219,18 +222,16 @@ def test_a_fresh_launch_opens_one_ssh_connection_per_host(fleet, src, tmp_path):
     with open(fleet.inventory_path, encoding="utf-8") as fh:
         inventory = yaml.safe_load(fh)
     common = inventory["all"]["vars"]["ansible_ssh_common_args"]
-    inventory["all"]["vars"]["ansible_ssh_common_args"] = re.sub(r" ?-o ControlPath=\S+", "", common)
+    inventory["all"]["vars"]["ansible_ssh_common_args"] = " ".join(without_control_path(common))
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
-    sockets = tmp_path / "cp"
     before = {host: accepted(fleet, host) for host in HOSTS}
     try:
-        launch(fleet, src, inventory=str(tmp_path / "inventory.yml"), env={"ANSIBLE_CONTROL_PATH_DIR": str(sockets)},
+        launch(fleet, src, inventory=str(tmp_path / "inventory.yml"),
+               env={"ANSIBLE_CONTROL_PATH_DIR": str(tmp_path / "cp")},
                extra={"launch_name": "oneconn", "launch_queue": ["c0", "c1", "c2"]})
         assert {host: accepted(fleet, host) - before[host] for host in HOSTS} == dict.fromkeys(HOSTS, 1)
     finally:
-        for socket in sockets.glob("*"):
-            subprocess.run(["ssh", "-o", "ControlPath=%s" % socket, "-O", "exit", "lab"], capture_output=True,
-                           check=False)
+        close_masters(tmp_path)   # the sockets in its ANSIBLE_CONTROL_PATH_DIR
     for host in HOSTS:
         assert wait_finished(fleet, host, "oneconn")["exit_code"] == 0
 

@@ -62,7 +62,7 @@ def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
         server = int(subprocess.run(["tmux", "-S", socket, "display", "-p", "#{pid}"], capture_output=True,
                                     text=True, check=True).stdout)
         deadline = time.monotonic() + 10
-        while len(tree := [server] + descendants(server)) < 3 and time.monotonic() < deadline:
+        while len(tree := power.st.tree(server)) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(tree) == 3, tree   # the server, the wrapper, its sleep
         signal_each = power._signal   # pylint: disable=protected-access
@@ -78,10 +78,3 @@ def test_a_reset_wakes_no_pane_to_record_its_own_kill(tmp_path, monkeypatch):
         assert not record.exists(), "the wrapper ran again after the reset began and recorded its kill"
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True, check=False)
-
-
-def descendants(pid):
-    found = []
-    for child in power.st.children(pid):
-        found += [child] + descendants(child)
-    return found
