@@ -59,8 +59,9 @@ WEIGHTS = struct.pack("<Q", len(_HEADER)) + _HEADER + struct.pack("<4f", 0.5, 1.
 # every host an AutoDL box (its meter stops with the lab's shutdown stand-in, no provider API needed), the region's
 # durable FS large enough for every host's outputs
 FLEET_OPTIONS = ("--platform", "all=autodl", "--durable-size", "1g", "--durable-inodes", "100000")
-# the actions that run their module without AnsiballZ (plugin_utils/direct.DirectAction)
-DIRECT_ACTIONS = ("job_status", "preflight_probe", "write_files", "detached_job", "pull_manifest", "box_identity")
+# the actions that run their module without AnsiballZ: those that subclass plugin_utils/direct.DirectAction
+DIRECT_ACTIONS = tuple(sorted(path.stem for path in (REPO / "plugins" / "action").glob("*.py")
+                              if "(DirectAction):" in path.read_text(encoding="utf-8")))
 NO_DIRECT = '''"""Benchmark only: %s always runs through AnsiballZ (the direct run switched off)."""
 from __future__ import annotations
 
