@@ -9,16 +9,16 @@ DOCUMENTATION = r"""
 name: role_template
 author:
   - remote_gpu.trainer contributors (@remote-gpu)
-version_added: "1.0.0"
+version_added: "0.1.0"
 short_description: Render a role's template file with the task's variables, without copying them
 description:
   - Renders each template file as P(ansible.builtin.template#lookup) does (the same search in the role's
     C(templates/) folder, the same Jinja settings, backslashes as written), for the collection's own small
     templates (the job environment's loader and fragments, the download helper).
   - ansible.builtin.template's lookup deep-copies every variable of the task before each file (ansible-core's own
-    comment asks for a chain map instead). A task variable that grows with the fleet (the queue's assignment, the play's
-    hosts) made that copy cost more on every host the larger the fleet, and launch renders four such files on each host.
-    This lookup gives the template a shallow copy, with O(template_vars) on top.
+    comment there asks for a chain map instead), and the variables that grow with the fleet (the play's hosts, the
+    groups, launch's assignment of the queue) make that copy cost more on every host the larger the fleet. This
+    lookup gives the template a shallow copy of the variables, with O(template_vars) on top.
   - It does not add the variables that ansible.builtin.template's lookup adds (C(ansible_managed), C(template_path)
     and the others), which the collection's templates do not use.
 options:
