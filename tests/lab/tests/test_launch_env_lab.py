@@ -191,6 +191,40 @@ def test_hf_transfer_is_on_only_where_the_jobs_python_has_it_asked_in_the_probes
         fleet.ssh("lab-01", "rm -rf %s/hf_transfer" % site)
 
 
+def test_a_vast_box_without_an_onstart_hook_gets_one_in_the_scripts_write(fleet, tmp_path):
+    """Where vast.ai's /root/onstart.sh is missing, launch creates it (bash, mode 0755) in the same write_files run
+    as the scripts, then writes its block: 7 SSH executions on that host (the AutoDL box's 6 and the block; 8 when a
+    copy task of its own created the hook), and a relaunch of the finished queue changes nothing."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.sh").write_text(TRAIN_SH)
+    fleet.ssh("lab-02", "rm -f /root/onstart.sh")
+    ssh = SshCounter(tmp_path)
+    extra = {"launch_name": "nohook", "launch_queue": ["n0", "n1"]}
+    try:
+        no_hook_launch(fleet, src, ssh, extra)
+    finally:  # the test below reads lab-02's env-runs.log from its first line
+        for host in ("lab-01", "lab-02"):
+            fleet.ssh(host, "rm -f ~/env-runs.log")
+
+
+def no_hook_launch(fleet, src, ssh, extra):
+    proc = launch(fleet, src, env=ssh.env, extra=extra)
+    assert ssh.per_host(fleet, ["lab-01", "lab-02"]) == {"lab-01": 6, "lab-02": 7}
+    hook = fleet.ssh("lab-02", "cat /root/onstart.sh").stdout
+    assert hook.startswith("#!/bin/bash\n# BEGIN remote_gpu.trainer launch job nohook\n"), hook
+    assert hook.rstrip("\n").endswith("# END remote_gpu.trainer launch job nohook"), hook
+    assert fleet.ssh("lab-02", "stat -c %a /root/onstart.sh").stdout.strip() == "755"
+    # the AutoDL box has no hook: nothing is written there
+    assert fleet.ssh("lab-01", "test -e /root/onstart.sh", check=False).returncode != 0
+    assert "lab-02" in report(proc)
+    for host in ("lab-01", "lab-02"):
+        assert wait_finished(fleet, host, "nohook")["exit_code"] == 0
+    again = launch(fleet, src, extra=extra)
+    assert changed(again, "lab-01") == 0 and changed(again, "lab-02") == 0, again.stdout[-3000:]
+    assert fleet.ssh("lab-02", "cat /root/onstart.sh").stdout == hook
+
+
 def test_vast_restart_resumes_the_queue_from_the_onstart_hook(fleet, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
