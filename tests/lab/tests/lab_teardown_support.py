@@ -24,6 +24,10 @@ FLEET = os.path.join(LAB, "fleet")
 REPO = os.path.dirname(os.path.dirname(LAB))
 VENV_BIN = os.path.dirname(sys.executable)
 DEFAULT_NET = "127.0.0"
+if LAB not in sys.path:
+    sys.path.insert(0, LAB)
+
+from fleetlib.inventory import without_control_path  # noqa: E402  (the lab's own, beside the inventory it reads)
 
 
 def fill_inodes(mount, limit):
@@ -91,9 +95,7 @@ class LabFleet:
             inventory = yaml.safe_load(handle)
         allvars = inventory["all"]["vars"]
         self.key = allvars["ansible_ssh_private_key_file"]
-        words = allvars["ansible_ssh_common_args"].split()
-        self.common = [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath")
-                       for w in pair]
+        self.common = without_control_path(allvars["ansible_ssh_common_args"])
         self.hosts = inventory["all"]["children"]["lab"]["hosts"]
         return self
 

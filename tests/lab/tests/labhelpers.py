@@ -21,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(LAB))
 sys.path.insert(0, LAB)
 
 from fleetlib import state as lab_state  # noqa: E402
+from fleetlib.inventory import without_control_path  # noqa: E402
 from lab_teardown_support import DEFAULT_NET  # noqa: E402
 
 # the fleet's address prefix: LAB_NET=127.0.N moves a second fleet off the default (tests/lab/README.md)
@@ -78,10 +79,8 @@ class Fleet:
             self.inventory = yaml.safe_load(fh)
         allvars = self.inventory["all"]["vars"]
         self.key = allvars["ansible_ssh_private_key_file"]
-        words = allvars["ansible_ssh_common_args"].split()
         # -o pairs, without ControlPath (the tests open plain connections)
-        self.common = [w for pair in zip(words[::2], words[1::2]) if not pair[1].startswith("ControlPath")
-                       for w in pair]
+        self.common = without_control_path(allvars["ansible_ssh_common_args"])
         self.hosts = self.inventory["all"]["children"]["lab"]["hosts"]
         self.groups = {g: sorted((v or {}).get("hosts") or {}) for g, v in self.inventory["all"]["children"].items()}
 
