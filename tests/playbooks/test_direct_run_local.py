@@ -20,11 +20,11 @@ VOLATILE = ("bytes_free", "bytes_used", "inodes_free", "inodes_used", "bytes_pct
 
 
 def adhoc(inventory, module, args, *options, pipelining=True, **env):
-    """(rc, result, -vvv output) of one ad-hoc run of ``module`` on localhost."""
+    """(rc, result, -vvv output) of one ad-hoc run of ``module`` on localhost; pipelining as an extra variable, as a
+    user turns it off for a run (the profiles' group_vars/all.yml turns it on for every host, over ansible.cfg)."""
     proc = subprocess.run([str(VENV_BIN / "ansible"), "-i", str(inventory), "localhost", "-vvv", "-o",
-                           "-m", module, "-a", json.dumps(args), *options], capture_output=True, text=True,
-                          env=ansible_env(ANSIBLE_PIPELINING="1" if pipelining else "0", **env), timeout=120,
-                          check=False)
+                           "-m", module, "-a", json.dumps(args), "-e", "ansible_pipelining=%s" % pipelining, *options],
+                          capture_output=True, text=True, env=ansible_env(**env), timeout=120, check=False)
     line = next((line for line in proc.stdout.splitlines() if line.startswith("localhost | ")), "")
     assert " => " in line, proc.stdout + proc.stderr
     return proc.returncode, json.loads(line.split(" => ", 1)[1]), proc.stdout

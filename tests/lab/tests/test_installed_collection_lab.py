@@ -177,6 +177,14 @@ def test_quick_start_with_the_installed_tarball_runs_preflight_launch_patrol_tea
         proc = renter.run(argv + extra)
         runs[playbook] = (argv + extra, proc)
         assert proc.returncode == 0, "%s\n%s" % (" ".join(argv), shown(proc))
+        if playbook == "remote_gpu.trainer.preflight":
+            # the quick start's ansible.cfg says nothing of pipelining, which Ansible leaves off: the collection's
+            # group_vars turn it on, so its probe runs without AnsiballZ in one SSH execution (with pipelining off,
+            # through AnsiballZ: a file put on the box, made executable, run and removed)
+            verbose = renter.run(argv + ["-vvv"])
+            assert verbose.returncode == 0, shown(verbose)
+            assert "preflight_probe runs without AnsiballZ" in verbose.stdout, shown(verbose)
+            assert "runs through AnsiballZ" not in verbose.stdout and " PUT " not in verbose.stdout, shown(verbose)
     assert list(runs) == ["remote_gpu.trainer.preflight", "remote_gpu.trainer.launch", "remote_gpu.trainer.patrol",
                           "remote_gpu.trainer.teardown"]
     project = renter.cwd
