@@ -233,8 +233,8 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
                 host=None, sync=None, log_path=None, tensorboard_dir=None, protocol_dir=None, wandb_dir=None):
     """What the run wrapper records when an item's command has ended -> (status dict, line to print).
 
-    On exit code 0 with ``sync_dest`` and ``best`` patterns: the item's part of ``log_path`` is written to
-    ``<output_dir>/trainer-item.log``; the files under ``output_dir`` that match ``best`` (relative paths, fnmatch,
+    The item's part of ``log_path`` is written to ``<output_dir>/trainer-item.log`` (whatever the exit code). On
+    exit code 0 with ``sync_dest`` and ``best`` patterns: the files under ``output_dir`` that match ``best`` (relative paths, fnmatch,
     ``*`` also matches ``/``) and that log are copied to ``sync_dest`` with the checked_sync core, verified; only
     then are the ``scratch`` entries of ``output_dir`` pruned (never a synced file) and the success line returned.
     A failed sync (including one where ``best`` selects no file) gives the state ``sync_failed``: ``exit_code`` 1,
@@ -247,14 +247,14 @@ def finish_item(item, exit_code, started, output_dir, sync_dest=None, best=(), s
                                 sync_dest=sync_dest, best=best, scratch=scratch)
     status.update(exit_code=exit_code, sync_error=None, sync_dest=None,
                   state=job_layout.STATE_DONE if exit_code == 0 else job_layout.STATE_FAILED)
+    if log_path:   # also for a failed item: its crash is in it, and teardown pulls it (launch_results)
+        write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
     if exit_code != 0:
         line = "==== trainer: item %s failed, exit %d ====" % (item, exit_code)
     elif not sync_dest or not best:
         line = "==== trainer: item %s done, nothing to sync ====" % item
     else:
         status["sync_dest"] = sync_dest
-        if log_path:
-            write_item_log(log_path, item, os.path.join(output_dir, ITEM_LOG))
         records = record_sources(item, tensorboard_dir, protocol_dir, wandb_dir=wandb_dir)
         synced = sync_outputs(status, output_dir, sync_dest, best, scratch, sync=sync, records=records)
         line = _sync_line(item, status, synced)

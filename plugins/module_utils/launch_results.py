@@ -10,11 +10,15 @@ From the job's ``queue.json`` (this host's share of the queue, job_layout.read_q
   sync time (they are not hashed again on the box: the pull is verified against them);
 * ``unsynced``: what would die with the box, the outputs on the data disk that never reached the durable tier: the
   unsynced files of an item that trained but failed to sync, and the files matching the best patterns of an item
-  that failed, never finished, or ran with the sync off.
+  that failed, never finished, or ran with the sync off, with its ``trainer-item.log`` (a failed item's crash).
 
 Only this host's items are listed, so two hosts that share a durable directory (AutoDL, one region) never see
-each other's files. :func:`plan` is pure; :func:`build` checks the plan against the box and returns a manifest of
-two sources (manifest.py).
+each other's files. This host's items are its share and the items it ran for an earlier share of the same run (a
+relaunch over another host set moves items between hosts, and the queue record then lists only the new share): the
+results they left here are pulled too, so that tearing the box down never loses them (:func:`earlier_share`). A
+durable copy of such an item that changed since its sync (a shared durable directory, where the item's new host
+ran it again) is the new host's result: it is left out, and counted as ``superseded``. :func:`plan` is pure;
+:func:`build` checks the plan against the box and returns a manifest of two sources (manifest.py).
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ import os
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import sha256_file
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.item_log import ITEM_LOG
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import matching_files
+
+# the items of earlier shares looked at (an items directory is the box's: bounded)
+MAX_EARLIER_ITEMS = 10000
 
 
 def _synced(status):
@@ -59,13 +67,17 @@ def plan(queue, statuses, matching):
             copies, left = _synced(status), []
         elif state == job_layout.STATE_SYNC_FAILED:
             copies, left = _synced(status), _strings(status.get("unsynced"))
-        else:  # failed, never finished, or done with the sync off: only the data disk has its outputs
+        else:  # failed, never finished, or done with the sync off: only the data disk has its outputs, and the
+            # item's log (the crash of a failed item is in it)
             output_dir = entry.get("output_dir")
-            copies, left = [], matching(output_dir, best) if best and isinstance(output_dir, str) else []
+            copies, left = [], matching(output_dir, best + [ITEM_LOG]) if isinstance(output_dir, str) else []
         kept = [copy for copy in copies if copy["path"] not in left]
-        durable += [dict(copy, path="%s/%s" % (item, copy["path"])) for copy in kept]
+        earlier = bool(entry.get("earlier"))
+        durable += [dict(copy, path="%s/%s" % (item, copy["path"]), **({"earlier": True} if earlier else {}))
+                    for copy in kept]
         unsynced += ["%s/%s" % (item, rel) for rel in left]
-        items.append({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)})
+        items.append(dict({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)},
+                          **({"earlier": True, "superseded": 0} if earlier else {})))
     return {"durable": durable, "unsynced": unsynced, "items": items}
 
 
@@ -77,6 +89,39 @@ def read_statuses(paths, queue):
         if record is not None:
             found[entry["item"]] = record
     return found
+
+
+def earlier_share(paths, queue):
+    """``queue`` with the items this host ran for an earlier share of the same run appended (each marked
+    ``earlier``), and their status.json dicts: the items under the job's items directory that the share does not
+    list and whose status names this run's output directory for them (an item of another run of the job, under
+    other roots, is not this run's). At most MAX_EARLIER_ITEMS of them, in the order of their ids."""
+    share = set(entry["item"] for entry in queue["items"])
+    try:
+        names = sorted(name for name in os.listdir(paths["items_dir"])
+                       if name not in share and job_layout.valid_name(name))
+    except OSError:
+        return queue, {}
+    entries, statuses = [], {}
+    durable_root = queue.get("durable_root")
+    for name in names[:MAX_EARLIER_ITEMS]:
+        record = job_layout.read_record(job_layout.item_status_path(paths["items_dir"], name))
+        output_dir = "%s/%s" % (queue.get("output_root"), name)
+        if record is None or record.get("output_dir") != output_dir:
+            continue
+        statuses[name] = record
+        entries.append({"item": name, "arg": record.get("arg"), "output_dir": output_dir, "earlier": True,
+                        "sync_dest": "%s/%s" % (durable_root, name) if durable_root else None})
+    return dict(queue, items=list(queue["items"]) + entries), statuses
+
+
+def _superseded(root, copy):
+    """Whether the durable copy of an earlier share's item is no longer the one its sync verified (gone, or another
+    size): the item's new host ran it again into a shared durable directory, and its own manifest holds it."""
+    try:
+        return os.stat(mf.resolve_entry(root, mf.normalize_rel(copy["path"]))).st_size != copy["bytes"]
+    except (OSError, mf.ManifestError):
+        return True
 
 
 def _durable_entry(root, copy):
@@ -113,6 +158,10 @@ def build(queue, statuses, matching=matching_files):
             raise mf.ManifestError("the queue record names no absolute %s root (%r)" % (label, root))
         transfer = []
         for entry in entries:
+            if label == "durable" and entry.get("earlier") and _superseded(root, entry):
+                item = next(row for row in wanted["items"] if row["item"] == entry["path"].split("/", 1)[0])
+                item.update(durable=item["durable"] - 1, superseded=item["superseded"] + 1)
+                continue
             if label == "durable":
                 files.append(_durable_entry(root, entry))
                 transfer.append(entry["path"])
@@ -120,7 +169,8 @@ def build(queue, statuses, matching=matching_files):
                 record, paths = _unsynced_entry(root, entry)
                 files.append(record)
                 transfer += paths
-        sources.append({"label": label, "root": root, "transfer": sorted(set(transfer))})
+        if transfer:
+            sources.append({"label": label, "root": root, "transfer": sorted(set(transfer))})
     if not files:
         states = ", ".join("%s %s" % (item["item"], item["state"]) for item in wanted["items"])
         raise mf.ManifestError("launch recorded items %s on this host, and none left a file to pull (no synced "

@@ -28,8 +28,12 @@ description:
     and what would die with the box: the outputs on the data disk that never reached the durable tier (the
     unsynced files of an item whose sync failed, and the files matching the best patterns of an item that failed,
     never finished or ran with the sync off), hashed now, under C(unsynced/<item>/). Only this host's items are
-    listed, so hosts that share a durable directory never see each other's files. A job that still runs is
-    refused: stop it or wait for it."
+    listed, so hosts that share a durable directory never see each other's files. This host's items are its share
+    and those it ran for an earlier share of the same run (a relaunch over another host set moves items between
+    hosts; their status files stay here): what they left on this box is listed too, so that tearing it down never
+    loses it. A durable copy of such an item that changed since its sync (a shared durable directory, where the
+    item's new host ran it again) is its new host's result and is left out (C(superseded)). A job that still runs
+    is refused: stop it or wait for it."
   - "With O(jobs) (a list of job names, as teardown gives every job under O(run_dir)): the manifest of each job, as
     with O(job), written in its own job directory, in one run of the module. One job's refusal (it still runs, it
     has no launch record, none of its items left a file) does not stop the others: RV(runs) lists every job with
@@ -168,8 +172,9 @@ run_id:
 item_states:
   description:
     - With O(job), each item of this host's share with its state (C(done), C(sync_failed), C(failed) or
-      C(not_finished)) and how many of its files come from the durable tier and from the data disk (C(unsynced)). Empty
-      otherwise.
+      C(not_finished)) and how many of its files come from the durable tier and from the data disk (C(unsynced)), then
+      each item this host ran for an earlier share of the run, with C(earlier=true) and C(superseded) (its durable
+      copies left out because they changed since its sync). Empty otherwise.
   type: list
   elements: dict
   returned: always
@@ -281,7 +286,11 @@ def job_manifest(module, params, name=None, run_dir=None):
         raise ManifestError("run_id %s is not the run of job %s on this host, which launch recorded as %s" % (
             params["run_id"], name, recorded))
     try:
-        manifest, wanted = launch_results.build(queue, launch_results.read_statuses(paths, queue))
+        statuses = launch_results.read_statuses(paths, queue)
+        # with what this host ran for an earlier share of the run (a relaunch over another host set)
+        queue, earlier = launch_results.earlier_share(paths, queue)
+        statuses.update(earlier)
+        manifest, wanted = launch_results.build(queue, statuses)
     except OSError as exc:
         raise ManifestError("cannot read a result of job %s: %s" % (name, exc)) from exc
     manifest["run_id"] = recorded
@@ -329,7 +338,8 @@ def summary(result):
     msg = "manifest of %d file(s), %d bytes" % (result["file_count"], result["total_bytes"])
     if result["item_states"]:
         msg += " from launch's record of items %s" % ", ".join(
-            "%s (%s)" % (item["item"], item["state"]) for item in result["item_states"])
+            "%s (%s%s)" % (item["item"], item["state"], ", an earlier share" if item.get("earlier") else "")
+            for item in result["item_states"])
     return msg
 
 

@@ -67,6 +67,16 @@ def test_finish_failed_command_does_not_sync_or_prune(out, tmp_path):
     assert "failed, exit 3" in line
 
 
+def test_finish_failed_command_keeps_the_items_log_beside_its_outputs(out, tmp_path):
+    """The crash of a failed item is in its part of the job log: teardown pulls it from the data disk."""
+    log = tmp_path / "job.log"
+    log.write_text("==== trainer: item 000 started at t0 ====\nTraceback (most recent call last):\n"
+                   "RuntimeError: CUDA out of memory\n==== trainer: item 001 started at t1 ====\nnot 000's\n")
+    launch.finish_item("000", 1, "t0", str(out), best=["best*"], log_path=str(log))
+    assert (out / "trainer-item.log").read_text().splitlines()[1:] == [
+        "Traceback (most recent call last):", "RuntimeError: CUDA out of memory"]
+
+
 def test_finish_sync_failure_makes_the_item_fail_and_keeps_scratch(out, tmp_path):
     status, line = launch.finish_item("000", 0, "t0", str(out), sync_dest=str(tmp_path / "d"), best=["nothing*"],
                                       scratch=["latest*"])

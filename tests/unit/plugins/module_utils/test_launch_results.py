@@ -146,6 +146,56 @@ def test_pull_manifest_writes_launchs_record_into_the_job_directory(module_runne
     assert not failed and again["changed"] is False and again["sha256"] == result["sha256"]
 
 
+def earlier_items(tmp_path, box):
+    """Items 004 (done, synced) and 006 (failed, its best file on the data disk) that this host ran for an earlier
+    share of the run, and 008, an item of another run of the job (other roots): status files the share in
+    queue.json (000, 002) does not list, as a relaunch over another host set leaves them."""
+    job = job_dir_of(tmp_path, box)
+    (box["fs"] / "004").mkdir()
+    (box["fs"] / "004" / "best.pt").write_bytes(b"best-4")
+    (box["out"] / "006").mkdir()
+    (box["out"] / "006" / "best.pt").write_bytes(b"best-6")
+    statuses = {
+        "004": {"item": "004", "exit_code": 0, "state": "done", "output_dir": str(box["out"] / "004"),
+                "sync_dest": str(box["fs"] / "004"), "synced": [copy("best.pt", b"best-4")]},
+        "006": {"item": "006", "exit_code": 1, "state": "failed", "output_dir": str(box["out"] / "006")},
+        "008": {"item": "008", "exit_code": 0, "state": "done", "output_dir": "/data/outputs/older-run/008",
+                "sync_dest": str(box["fs"] / "008"), "synced": [copy("best.pt", b"best-8")]},
+    }
+    for item, status in statuses.items():
+        (job / "items" / item).mkdir()
+        (job / "items" / item / "status.json").write_text(json.dumps(status))
+    return job
+
+
+def test_what_this_host_ran_for_an_earlier_share_is_pulled_too(module_runner, tmp_path, box):
+    job = earlier_items(tmp_path, box)
+    failed, result = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert not failed, result["msg"]
+    assert [entry["path"] for entry in result["manifest"]["files"]] == [
+        "durable/000/best.pt", "durable/004/best.pt", "unsynced/002/best.pt", "unsynced/006/best.pt"]
+    assert json.loads((job / "PULL_MANIFEST.json").read_text()) == result["manifest"]
+    assert [(i["item"], i["state"], i.get("earlier", False)) for i in result["item_states"]] == [
+        ("000", "done", False), ("002", "sync_failed", False), ("004", "done", True), ("006", "failed", True)]
+    assert "004 (done, an earlier share), 006 (failed, an earlier share)" in result["msg"]
+    # 008 names another run's output directory: not this run's item, never listed
+    assert "008" not in json.dumps(result["manifest"])
+
+
+def test_an_earlier_items_durable_copy_that_its_new_host_rewrote_is_left_out(module_runner, tmp_path, box):
+    earlier_items(tmp_path, box)
+    (box["fs"] / "004" / "best.pt").write_bytes(b"the new host's own run of 004")
+    failed, result = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert not failed, result["msg"]
+    assert "durable/004/best.pt" not in [entry["path"] for entry in result["manifest"]["files"]]
+    (state,) = [i for i in result["item_states"] if i["item"] == "004"]
+    assert (state["durable"], state["superseded"]) == (0, 1)
+    # a copy of the share that changed is still refused (test_a_durable_copy_that_changed_after_its_sync_is_refused)
+    (box["fs"] / "000" / "best.pt").write_bytes(b"overwritten later")
+    failed, result = module_runner(pull_manifest, {"job": "train", "run_dir": str(tmp_path / "jobs")})
+    assert failed and "changed after the sync" in result["msg"]
+
+
 @pytest.mark.parametrize("args, alive, message", [
     ({"run_id": "other"}, False, "which launch recorded as exp"),
     ({"root": "/fs"}, False, "root is not used with job"),
