@@ -53,7 +53,8 @@ MAX_KERNEL_LOG_CHARS = 4 * 1024 * 1024
 MAX_XID_EVENTS = 50
 
 DYING_ACTION = ("this box is dying: pull what you have now (the latest checkpoint and results; "
-                "playbooks/teardown.yml pulls and verifies), then rent a different box and relaunch there")
+                "the playbook remote_gpu.trainer.teardown pulls and verifies), then rent a different box and "
+                "relaunch there")
 THROTTLE_ACTION = ("the job runs slower than it should on this box (preflight calls it unfit): let it write its "
                    "next checkpoint, pull what you have, and move the job to a different box")
 
@@ -97,9 +98,9 @@ def read_sample(rc, out, err, table=PATROL_FIELDS):
 def sample_empty(evidence):
     return finding(
         "WARN", "gpu_sample_empty", "the GPU sample came back empty: %s; the job's GPUs are not visible" % evidence,
-        "Run remote_gpu.trainer.gpu_health (playbooks/preflight.yml) on this host: a GPU that fell off the bus or a "
-        "container that lost its devices looks like this. If it sees no GPU either, pull what you have and rent a "
-        "different box.")
+        "Run remote_gpu.trainer.gpu_health (the playbook remote_gpu.trainer.preflight) on this host: a GPU that "
+        "fell off the bus or a container that lost its devices looks like this. If it sees no GPU either, pull what "
+        "you have and rent a different box.")
 
 
 def query_failed(message):

@@ -364,7 +364,7 @@ def consumer_command(kind, path):
         return "PIP_CACHE_DIR=%s pip cache purge" % _q(path)
     if kind == "checkpoints":
         return ("ls -lt %s, then delete the checkpoints you no longer need (pull them first: "
-                "playbooks/teardown.yml)" % _q(path))
+                "the playbook remote_gpu.trainer.teardown)" % _q(path))
     if kind == "per_sample":
         return "tar -cf %s -C %s %s && rm -rf %s (one archive instead of one file per sample)" % (
             _q(path + ".tar"), _q(os.path.dirname(path)), _q(os.path.basename(path)), _q(path))

@@ -125,8 +125,9 @@ def judge(disks, budget, gpus=None, apps=(), job_pids=(), new_xids=(), gpu_mib=D
             found += disk_findings(label, usage, budget[key + "_bytes"], budget[key + "_inodes"])
     if gpu_error:
         found.append(refuse("gpu_unreadable", "nvidia-smi did not answer before the item: %s" % gpu_error,
-                            "Run playbooks/preflight.yml on this host: a hung or failing nvidia-smi usually means a "
-                            "GPU fault. If the GPU is lost, pull what you have and rent a different box."))
+                            "Run the playbook remote_gpu.trainer.preflight on this host: a hung or failing nvidia-smi "
+                            "usually means a GPU fault. If the GPU is lost, pull what you have and rent a different "
+                            "box."))
     own = set(job_pids or ())
     for app in apps or ():
         used = app.get("used_memory_mib")

@@ -92,7 +92,8 @@ def report_job(module, spec, regex, oom, now, boot_epoch):
     if queue_problem:
         findings.append(finding("WARN", "queue_record_invalid", "%s: %s; the job is graded against queue_length %d"
                                 % (spec["name"], queue_problem, spec["queue_length"]),
-                                "Relaunch with playbooks/launch.yml, which writes the record, or remove the file.",
+                                "Relaunch with the playbook remote_gpu.trainer.launch, which writes the record, or "
+                                "remove the file.",
                                 job=spec["name"]))
     share = share_of(queue, items, spec["queue_length"])
     min_seconds, too_fast_level = jobs.min_seconds_of(queue)

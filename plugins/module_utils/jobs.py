@@ -72,7 +72,7 @@ def job_findings(job, stale_seconds, hung_seconds=3600):
             "FAIL", "item_gate_refused",
             "%s paused before item %s at %d/%d items: the item gate refused it (%s): %s" % (
                 name, gate["item"], done, total, ", ".join(gate["causes"]) or "?", "; ".join(gate["messages"])),
-            "%s Then relaunch (playbooks/launch.yml): the queue resumes at item %s." % (
+            "%s Then relaunch (remote_gpu.trainer.launch): the queue resumes at item %s." % (
                 gate["actions"][0] if gate["actions"] else "Fix the cause.", gate["item"]),
             job=name, item=gate["item"], causes=gate["causes"]))
     elif not job["alive"]:

@@ -542,7 +542,8 @@ def discovered_jobs(run_dir, queue_length=0):
                              "Remove the job directories you no longer need from %s." % run_dir))
     if not names and not problem:
         notes.append(finding("INFO", "no_jobs", "No job under %s: nothing was launched there" % run_dir,
-                             "Launch with playbooks/launch.yml, or give the run directory the jobs were started in."))
+                             "Launch with the playbook remote_gpu.trainer.launch, or give the run directory the jobs "
+                             "were started in."))
     return [{"name": name, "log_path": None, "queue_length": queue_length} for name in names], notes
 
 

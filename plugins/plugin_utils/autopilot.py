@@ -61,7 +61,8 @@ DEFAULTS = {"heal": False, "autostop": False, "notify": False, "replace": False,
             "idle_minutes": 30, "unreachable_minutes": 30, "replace_after_minutes": 30}
 CONSOLE_HINT = ("check the platform's console: the account balance (a box stops when credit runs out), its power "
                 "state, and whether it was preempted or reclaimed")
-TEARDOWN = "ansible-playbook playbooks/teardown.yml -l {host} -e teardown_approve={host}"
+# the playbook by its FQCN: the same command works in the checkout (ansible.cfg) and where the collection is installed
+TEARDOWN = "ansible-playbook -i <your inventory> remote_gpu.trainer.teardown -l {host} -e teardown_approve={host}"
 MAX_REASON = 3000
 
 # state families (the part before ":")
@@ -523,8 +524,10 @@ def judge_job(job, result, settings, history):
                          "%s item(s)" % job.get("items_too_fast") for i in fast)
         return _decision("too_fast:%s" % fast[0], "escalate",
                          "job %s: item(s) %s exited 0 sooner than launch_min_seconds (item_too_fast): not counted "
-                         "as done, so the box is not parked and nothing is restarted; read the item's log, fix it, "
-                         "then relaunch" % (name, what), fast[0])
+                         "as done, so the box is not parked and nothing is restarted; read the item's log "
+                         "(trainer-item.log next to its outputs), fix the cause, remove the item's status.json "
+                         "(items/<item>/status.json in the job directory: a relaunch skips an item that exited 0) and "
+                         "relaunch; if the run is really that short, lower launch_min_seconds" % (name, what), fast[0])
     missing = not_durable(job)
     if missing:
         return _decision("done_unsynced", "none", "job %s: queue done; %s" % (
@@ -586,10 +589,17 @@ def _park(host, jobs, result, settings, history, meter_stop, now, billing, park)
             idle, verb, api["provider"], keeps), verb=verb, via="api", api=dict(api), **unsynced),
             settings["autostop"], "autostop")
     if meter_stop.get("reversible") is not True:
-        return _decision("idle_destroy_only", "escalate",
-                         "%s. The profile's only verb (%s) destroys the box: autopilot never runs it. When you are "
-                         "done: %s" % (idle, meter_stop.get("verb") or "unknown", TEARDOWN.format(host=host)),
-                         cost=cost.strip("; ") or None, teardown=TEARDOWN.format(host=host))
+        teardown = TEARDOWN.format(host=host)
+        if meter_stop.get("verb") == "manual":  # generic_ssh: nothing reclaims the box, and nothing here stops it
+            how = " ".join(str(meter_stop.get("how") or "").split())
+            why = ("Nothing in the profile stops this box's meter (verb manual%s): it bills until you stop it. When "
+                   "you are done, pull and verify the results with %s (it stops nothing on this box), then stop or "
+                   "return the box yourself in the provider's console" % (": " + how if how else "", teardown))
+        else:
+            why = "The profile's only verb (%s) destroys the box: autopilot never runs it. When you are done: %s" % (
+                meter_stop.get("verb") or "unknown", teardown)
+        return _decision("idle_destroy_only", "escalate", "%s. %s" % (idle, why), cost=cost.strip("; ") or None,
+                         teardown=teardown)
     return _decision("idle_manual", "escalate", "%s. The profile has no verb to park it (%s): park it by hand" % (
         idle, park.get("how") or meter_stop.get("how") or "see the profile"), teardown=TEARDOWN.format(host=host))
 
@@ -682,8 +692,8 @@ def preempted(host, provider, billing=None, gone=False):
     durable = provider.get("durable_dir") or "the durable directory"
     rent = command_to_rent(provider)
     commands = ("1) rent a new %s instance with the same filesystem (its checkpoints are in %s)%s; 2) ansible-playbook "
-                "-i <your %s inventory> playbooks/preflight.yml -l <new host>; 3) ansible-playbook -i <your %s "
-                "inventory> playbooks/launch.yml -l <new host> (the queue resumes from the checkpoints in %s); 4) "
+                "-i <your %s inventory> remote_gpu.trainer.preflight -l <new host>; 3) ansible-playbook -i <your %s "
+                "inventory> remote_gpu.trainer.launch -l <new host> (the queue resumes from the checkpoints in %s); 4) "
                 "forget the old one: ansible localhost -m remote_gpu.trainer.instance -a 'provider=%s id=%s "
                 "state=absent'" % (name, durable, (": " + rent) if rent else "", name, name, durable, name,
                                    provider.get("id")))

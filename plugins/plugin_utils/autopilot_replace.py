@@ -102,7 +102,8 @@ def rent_spec(record):
     spec = record.get("spec")
     if not isinstance(spec, dict) or not spec:
         raise ReplaceError("the rent's record %s holds no spec (rented before autopilot_replace existed): rent "
-                           "again with playbooks/rent.yml, or replace the box by hand" % record.get("rent"))
+                           "again with the playbook remote_gpu.trainer.rent, or replace the box by hand"
+                           % record.get("rent"))
     if record.get("provider") not in ("runpod", "vastai", "lambda") or not record.get("rent"):
         raise ReplaceError("the rent's record names no provider or rent name")
     return record["provider"], str(record["rent"]), dict(spec), record.get("api_url")

@@ -106,8 +106,8 @@ def idle_billing(jobs, billing):
         extra.update(cost=round(hours * price, 2), currency=currency, price_per_hour=price)
         message += ": about %.2f %s so far at %.2f %s/h" % (hours * price, currency, price, currency)
     verb = billing.get("verb")
-    action = ("Pull and verify the results, then stop the meter with playbooks/teardown.yml%s; or launch the next "
-              "queue." % (" (%s)" % verb if verb else ""))
+    action = ("Pull and verify the results, then stop the meter with the playbook remote_gpu.trainer.teardown%s; or "
+              "launch the next queue." % (" (%s)" % verb if verb else ""))
     if price is None:
         action += " Set trainer_price_per_hour (and trainer_price_currency) for this host to see the money."
     return finding("WARN", IDLE_BILLING, message, action, **extra)

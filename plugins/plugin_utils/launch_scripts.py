@@ -358,5 +358,5 @@ def onstart_block(name, job_dir, wrapper, detach, python, lib_dir, ids):
     ] + start + [
         "}",
         "(trainer_resume_%s) || echo %s >&2" % (
-            func, q("trainer: job %s was not resumed: run launch.yml again" % name)),
+            func, q("trainer: job %s was not resumed: run the playbook remote_gpu.trainer.launch again" % name)),
     ])

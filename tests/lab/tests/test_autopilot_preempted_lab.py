@@ -130,7 +130,7 @@ def test_a_preempted_lambda_instance_is_escalated_once_with_the_relaunch_command
             _proc, rows = tick(config, laptop, hook, *opt)
             row = rows["lab-02"]
             assert (row["state"], row["action"]) == ("preempted_escalated", "escalate"), row
-            assert "does not come back" in row["reason"] and "playbooks/launch.yml -l <new host>" in row["reason"]
+            assert "does not come back" in row["reason"] and "remote_gpu.trainer.launch -l <new host>" in row["reason"]
             assert "/lambda/nfs/lab" in row["reason"] and "state=absent" in row["reason"]
     finally:
         fake.stop()

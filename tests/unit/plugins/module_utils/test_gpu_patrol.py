@@ -110,6 +110,7 @@ def test_no_gpu_row_while_nvidia_smi_runs_is_a_warn(name, rc):
     gpus, findings = gp.read_sample(rc, read("errors", name), "")
     assert gpus == [] and [(f["code"], f["level"]) for f in findings] == [("gpu_sample_empty", "WARN")]
     assert "gpu_health" in findings[0]["action"]
+    assert "remote_gpu.trainer.preflight" in findings[0]["action"] and "playbooks/" not in findings[0]["action"]
 
 
 def test_an_empty_answer_is_a_warn_never_silence():
@@ -194,6 +195,7 @@ def test_only_the_events_since_the_job_start_are_reported():
     found = gp.xid_findings([], new)
     assert [(f["code"], f["level"]) for f in found] == [("xid_fatal", "FAIL")]
     assert found[0]["action"] == gp.DYING_ACTION and "This box is unfit" not in found[0]["message"]
+    assert "remote_gpu.trainer.teardown" in gp.DYING_ACTION and "playbooks/" not in gp.DYING_ACTION
     assert "Xid 48" in found[0]["message"]
     assert gp.events_since(events, BOOT + 300000, BOOT, time.time()) == []
     both = gp.events_since(events, BOOT, BOOT, time.time())

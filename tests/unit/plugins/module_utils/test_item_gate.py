@@ -72,7 +72,9 @@ def test_an_active_slowdown_is_refused_unless_preflight_was_ignored():
     found = item_gate.judge(DISKS, BUDGET, gpus)
     assert causes(found) == ["throttle_active"] and "launch_ignore_preflight" in found[0]["action"]
     assert item_gate.judge(DISKS, BUDGET, gpus, accept_slowdown=True) == []
-    assert causes(item_gate.judge(DISKS, BUDGET, None, gpu_error="nvidia-smi timed out")) == ["gpu_unreadable"]
+    unreadable = item_gate.judge(DISKS, BUDGET, None, gpu_error="nvidia-smi timed out")
+    assert causes(unreadable) == ["gpu_unreadable"]
+    assert "remote_gpu.trainer.preflight" in unreadable[0]["action"] and "playbooks/" not in unreadable[0]["action"]
 
 
 def test_a_new_fatal_xid_is_refused():
@@ -190,6 +192,7 @@ def test_patrol_reports_one_item_gate_refused_instead_of_a_gone_job():
     assert [f["code"] for f in found] == ["item_gate_refused"]
     assert "/root/autodl-tmp/outputs/x" in found[0]["message"] and found[0]["item"] == "002"
     assert "resumes at item 002" in found[0]["action"]
+    assert "relaunch (remote_gpu.trainer.launch)" in found[0]["action"] and "playbooks/" not in found[0]["action"]
     # a stale record (the item is done since, or not in this share) is ignored
     assert jobs.gate_refusal(REFUSAL, ["000", "001", "002"], ["002"]) is None
     assert jobs.gate_refusal(REFUSAL, ["000", "001"], []) is None

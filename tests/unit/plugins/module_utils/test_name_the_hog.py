@@ -38,6 +38,7 @@ def test_largest_consumers_by_bytes_and_by_inodes_with_their_kinds(tmp_path):
     kinds = {os.path.relpath(r["path"], root): r for r in inode_check.largest_consumers(root, 10)}
     assert kinds[".cache/pip"]["kind"] == "pip_cache"
     assert kinds[".cache/pip"]["command"] == "PIP_CACHE_DIR='%s/.cache/pip' pip cache purge" % root
+    assert kinds["outputs"]["command"].endswith("(pull them first: the playbook remote_gpu.trainer.teardown)")
     assert inode_check.consumer_kind(os.path.join(root, "outputs", "ckpt"), 3, 150_000, 3) == "checkpoints"
     assert kinds["link"]["inodes"] == 1    # a symlink is never followed
     assert any(r["truncated"] for r in inode_check.largest_consumers(root, 10, max_entries=5))

@@ -155,6 +155,8 @@ def test_a_queue_record_launch_did_not_write_is_a_warning_not_a_grade(module_run
     (job,) = result["jobs"]
     assert (job["items_total"], job["items_source"]) == (2, "queue_length")
     assert "queue_record_invalid" in codes(result) and "job_gone_incomplete" in codes(result)
+    (invalid,) = [f for f in result["findings"] if f["code"] == "queue_record_invalid"]
+    assert "remote_gpu.trainer.launch" in invalid["action"] and "playbooks/" not in invalid["action"]
 
 
 def test_a_queue_record_behind_a_symlink_is_never_followed(module_runner, tmp_path):
@@ -470,6 +472,8 @@ def test_without_name_or_jobs_every_job_under_the_run_dir_is_reported(module_run
 def test_an_empty_run_dir_is_no_jobs_not_a_failure(module_runner, tmp_path):
     result = report(module_runner, {"run_dir": str(tmp_path / "jobs")})
     assert (result["jobs"], codes(result), result["status"]) == ([], ["no_jobs"], "PASS")
+    action = result["findings"][0]["action"]
+    assert "remote_gpu.trainer.launch" in action and "playbooks/" not in action
 
 
 def test_queue_length_without_a_name_grades_every_job_launch_did_not_start(module_runner, tmp_path):

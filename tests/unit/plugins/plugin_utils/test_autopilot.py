@@ -32,6 +32,8 @@ RUNPOD = ({"verb": "terminate", "how": "runpodctl remove pod", "command": ["runp
            "api": {"provider": "runpod", "id": "x", "state": "stopped", "key_env": "RUNPOD_API_KEY"}})
 LAMBDA = ({"verb": "terminate", "how": "POST terminate", "command": [], "reversible": False}, NO_PARK)
 LOCAL = ({"verb": "manual", "how": "nothing to stop", "command": [], "reversible": True}, NO_PARK)
+GENERIC_SSH = ({"verb": "manual", "how": "stop or return the box with whoever provides it; nothing here reclaims it",
+                "command": [], "reversible": False}, NO_PARK)
 ON = ap.settings_of({"heal": True, "autostop": True, "notify": True, "idle_minutes": 30})
 OFF = ap.settings_of({})
 
@@ -128,8 +130,13 @@ CASES = [
     ("runpod-parks-through-the-api", probe(DONE3), IDLE_HISTORY, ON, RUNPOD, "park", "done", None,
      ["through the runpod API", "keeps the volume disk"], ["parked"]),
     ("destroying-verb-never-runs", probe(DONE3), IDLE_HISTORY, ON, LAMBDA, "escalate", "idle_destroy_only", None,
-     ["terminate) destroys", "never runs it", "playbooks/teardown.yml -l h -e teardown_approve=h", "2.00 USD"],
+     ["terminate) destroys", "never runs it",
+      "ansible-playbook -i <your inventory> remote_gpu.trainer.teardown -l h -e teardown_approve=h", "2.00 USD"],
      ["escalated"]),
+    ("manual-verb-is-stopped-by-hand", probe(DONE3), IDLE_HISTORY, ON, GENERIC_SSH, "escalate", "idle_destroy_only",
+     None, ["Nothing in the profile stops this box's meter", "verb manual: stop or return the box",
+            "remote_gpu.trainer.teardown -l h -e teardown_approve=h", "stop or return the box yourself in the "
+            "provider's console", "2.00 USD"], ["escalated"]),
     ("no-in-box-verb", probe(DONE3), IDLE_HISTORY, ON, LOCAL, "escalate", "idle_manual", None, ["by hand"],
      ["escalated"]),
     ("parked-stays-parked", probe(DONE3), IDLE_HISTORY + [rec(NOW - 30, "parked", action="park", ok=True)], ON,
@@ -149,6 +156,30 @@ CASES = [
     ("no-job", probe(exists=False), [], ON, AUTODL, "none", "idle", None, ["no job under the run directory"], []),
     ("not-graded", probe(ids=()), [], ON, AUTODL, "none", "stopped", None, ["no queue"], []),
 ]
+
+
+def test_the_teardown_command_names_the_playbook_by_its_fqcn_with_an_inventory():
+    """The command a person is told to run works where the collection is installed, not only in the checkout."""
+    assert ap.TEARDOWN.format(host="h") == (
+        "ansible-playbook -i <your inventory> remote_gpu.trainer.teardown -l h -e teardown_approve=h")
+    for meter in (LAMBDA, GENERIC_SSH, LOCAL):
+        found = ap.decide("h", probe(DONE3), IDLE_HISTORY, ON, meter[0], NOW, park=meter[1])
+        assert found["teardown"] == ap.TEARDOWN.format(host="h") and "playbooks/" not in found["reason"]
+
+
+def test_a_manual_meter_stop_is_not_said_to_destroy_the_box():
+    """generic_ssh: nothing reclaims the box and nothing in the profile stops it (verb manual, not reversible): the
+    escalation says to stop it by hand once teardown pulled and verified the results, never that a verb destroys it;
+    any other irreversible verb destroys it."""
+    found = ap.decide("h", probe(DONE3), IDLE_HISTORY, ON, GENERIC_SSH[0], NOW, park=GENERIC_SSH[1])
+    assert (found["state"], found["action"]) == ("idle_destroy_only", "escalate")
+    assert "destroys" not in found["reason"] and "never runs it" not in found["reason"]
+    assert "pull and verify the results with %s" % ap.TEARDOWN.format(host="h") in found["reason"]
+    bare = ap.decide("h", probe(DONE3), IDLE_HISTORY, ON, {"verb": "manual", "reversible": False}, NOW, park=NO_PARK)
+    assert "(verb manual): it bills until you stop it" in bare["reason"]
+    slurm = ap.decide("h", probe(DONE3), IDLE_HISTORY, ON, {"verb": "scancel", "reversible": False}, NOW,
+                      park=NO_PARK)
+    assert "The profile's only verb (scancel) destroys the box" in slurm["reason"]
 
 
 def test_a_box_unreachable_too_long_names_the_platforms_danger_clocks():
@@ -334,6 +365,9 @@ def test_an_item_too_fast_is_not_done_and_durable(rows, extra, state, item_):
     found = decide(box(job("train", rows, **extra)), IDLE_HISTORY)
     assert (found["action"], found["state"], found["item"]) == ("escalate", state, item_)
     assert "sooner than launch_min_seconds" in found["reason"] and "not parked" in found["reason"]
+    # a relaunch skips an item that exited 0: the advice says to remove its status.json first, as item_too_fast does
+    assert "remove the item's status.json" in found["reason"] and "and relaunch" in found["reason"]
+    assert "lower launch_min_seconds" in found["reason"]
     assert [e["kind"] for e in found["events"]] == ["escalated"]
 
 
@@ -464,9 +498,11 @@ def test_a_preempted_lambda_instance_escalates_once_with_the_relaunch_commands()
     found = ap.decide("h", UNREACHABLE, history, ON, LAMBDA[0], NOW, park=LAMBDA[1], provider=LAMBDA_PREEMPTED)
     assert (found["state"], found["action"]) == ("preempted_escalated", "escalate")
     assert [e["kind"] for e in found["events"]] == ["escalated"]
-    for words in ("does not come back", "playbooks/launch.yml -l <new host>", "/lambda/nfs/lab",
+    for words in ("does not come back", "-i <your lambda inventory> remote_gpu.trainer.preflight -l <new host>",
+                  "-i <your lambda inventory> remote_gpu.trainer.launch -l <new host>", "/lambda/nfs/lab",
                   "provider=lambda id=0920582c state=absent"):
         assert words in found["reason"]
+    assert "playbooks/" not in found["reason"]
     again = ap.decide("h", UNREACHABLE, history + [rec(NOW, "preempted_escalated")], ON, LAMBDA[0], NOW + 60,
                       park=LAMBDA[1], provider=LAMBDA_PREEMPTED)
     assert again["events"] == []

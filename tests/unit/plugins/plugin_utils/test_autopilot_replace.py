@@ -71,6 +71,7 @@ def test_the_spec_comes_from_the_rents_record_and_each_replacement_has_its_own_n
     found = rp.decide_replace("preempted", ON, old_record, [])
     assert (found["action"], found["state"]) == ("escalate", "replace_wanted")
     assert "holds no spec" in found["reason"]
+    assert "remote_gpu.trainer.rent" in found["reason"] and "playbooks/" not in found["reason"]
     first = rp.decide_replace("preempted", ON, RECORD, [])
     assert first["action"] == "replace" and first["rent"] == {
         "provider": "vastai", "name": "sweep-a-r1", "spec": RECORD["spec"], "api_url": "http://127.0.0.1:1",

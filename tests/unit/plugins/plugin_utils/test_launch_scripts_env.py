@@ -211,3 +211,9 @@ def test_the_onstart_block_leaves_a_running_job_alone(tmp_path):
 def test_the_onstart_block_is_refused_for_an_unknown_detach():
     with pytest.raises(ValueError, match="detach must be tmux or nohup"):
         launch_scripts.onstart_block("train", "/j", "/j/wrapper-x.sh", None, "/py", "/lib", ["000"])
+
+
+def test_the_onstart_block_names_the_launch_playbook_by_its_fqcn():
+    """What the box prints when a resume fails names a command that works where the collection is installed."""
+    block = launch_scripts.onstart_block("train", "/j", "/j/wrapper-x.sh", "nohup", "/py", "/lib", ["000"])
+    assert "not resumed: run the playbook remote_gpu.trainer.launch again" in block and "launch.yml" not in block
