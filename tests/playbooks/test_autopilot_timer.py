@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from pbhelpers import REPO, run_playbook
+from pbhelpers import REPO, VENV_BIN, ansible_env, run_playbook
 
 pytestmark = pytest.mark.skipif(not shutil.which("crontab"), reason="crontab is not installed (apt-get install cron)")
 
@@ -166,6 +166,32 @@ def cron_daemon_runs():
         except OSError:
             continue
     return False
+
+
+def test_without_pwd_the_role_asks_for_the_ticks_directory(tmp_path, timer):
+    """Run from cron, env -i or CI, ansible-playbook has no PWD: the role stops and asks for autopilot_timer_chdir
+    (the user's project, where ansible.cfg and reports/ are), and with it the tick runs there, never in the
+    playbook's directory (run by its FQCN, the installed collection's, where it once ended up)."""
+    _name, settings = timer
+    project = tmp_path / "my project"
+    project.mkdir()
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps(settings))
+    env = ansible_env()
+    env.pop("PWD", None)
+
+    def install(*args):
+        proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), str(PLAYBOOK), "-e",
+                               "@%s" % extra, "--check", "--diff", *args], capture_output=True, text=True,
+                              cwd=str(project), env=env, timeout=600, check=False)
+        return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+
+    rc, output = install()
+    assert rc != 0 and 'autopilot_timer_chdir, the directory the tick runs in, an absolute path (got "":' in output
+    assert "-e autopilot_timer_chdir=DIR" in output and "cd %s" % PLAYBOOK.parent not in output
+    rc, output = install("-e", json.dumps({"autopilot_timer_chdir": str(project)}))
+    assert rc == 0, output[-3000:]
+    assert "+cd '%s' || exit 1" % project in output, output[-3000:]
 
 
 def test_warns_when_no_cron_daemon_will_run_the_entry(tmp_path, timer):
