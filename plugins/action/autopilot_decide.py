@@ -266,6 +266,7 @@ class ActionModule(DocumentedAction):
             for warning in warnings:
                 display.warning("autopilot history: %s" % warning)
             result.update(changed=False, decisions=decisions, events=[], notify_events=[], history_warnings=warnings,
+                          config_errors=[],
                           acting=sorted(host for host, found in decisions.items() if found["act"]),
                           notify_available=self.notify_available())
             return result
@@ -297,7 +298,9 @@ class ActionModule(DocumentedAction):
             display.warning("autopilot: %d event(s) not sent: remote_gpu.trainer.notify is not installed; they are in "
                             "the report %s" % (len(notify), args["report_path"]))
         result.update(changed=any(d.get("acted") for d in settled.values()), decisions=settled, events=events,
-                      notify_events=notify, notify_available=available, history_warnings=warnings, acting=[])
+                      notify_events=notify, notify_available=available, history_warnings=warnings, acting=[],
+                      config_errors=["%s: %s" % (host, d.get("reason")) for host, d in settled.items()
+                                     if d.get("state") == autopilot.CONFIG_ERROR])
         return result
 
     def append_history(self, args, decision, host_vars, now):

@@ -140,6 +140,15 @@ acting:
   elements: str
   returned: always
   sample: [lab-01]
+config_errors:
+  description:
+    - With O(phase=record), each host whose C(autopilot_*) settings were refused (state C(fail:config_error), where
+      nothing is healed or stopped), each as the host, a colon and the reason. C(playbooks/autopilot.yml) fails the
+      tick with them, after recording the decisions.
+  type: list
+  elements: str
+  returned: always
+  sample: ["lab-01: autopilot_idle_minutes must be a whole number of at least 1, got 0: nothing is healed or stopped on this host"]
 notify_available:
   description: Whether the collection's M(remote_gpu.trainer.notify) action is installed.
   type: bool

@@ -66,9 +66,9 @@ def hook():
     receiver.stop()
 
 
-def tick(fleet, cwd, hook, *args):
+def tick(fleet, cwd, hook, *args, failing=False):
     """One tick, as the README writes it: ``ansible-playbook -i INV playbooks/autopilot.yml ARGS`` from ``cwd``
-    (where reports/ lands) -> (process, the tick's JSON report)."""
+    (where reports/ lands) -> (process, the tick's JSON report); it must succeed, or fail when ``failing``."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")),
                LAB_HOOK_URL=(hook.url + "/hook") if hook else "http://127.0.0.1:9/none")
@@ -76,7 +76,7 @@ def tick(fleet, cwd, hook, *args):
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
                            os.path.join(REPO, "playbooks", "autopilot.yml"), *args], capture_output=True, text=True,
                           env=env, cwd=str(cwd), stdin=subprocess.DEVNULL, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert (proc.returncode != 0) == failing, proc.stdout[-6000:] + proc.stderr[-3000:]
     report = json.loads((cwd / "reports" / "autopilot.json").read_text())
     return proc, report
 
@@ -285,6 +285,22 @@ def test_an_unchanged_fleet_sends_nothing_and_a_new_crash_one_message(fleet, src
     events = sent(hook)
     assert [(e["host"], e["kind"]) for e in events] == [("lab-02", "new_fail")]
     assert "000 crashed" in events[0]["text"] and "autopilot_heal is off" in events[0]["text"]
+
+
+def test_a_wrong_setting_is_recorded_and_fails_the_tick(fleet, tmp_path, hook):
+    """A value the argument spec's type admits but the autopilot refuses (autopilot_idle_minutes=0): nothing is
+    healed or stopped on the host, the state is recorded, and the tick exits non-zero with the reason, so that a
+    timer's log or a CI job sees it (nothing is notified: the host's settings, autopilot_notify among them, are the
+    ones refused)."""
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    proc, report = tick(fleet, laptop, hook, "-l", "lab-03", "-e", "autopilot_notify=true autopilot_idle_minutes=0",
+                        "-e", json.dumps({"autopilot_notify_sinks": SINKS}), failing=True)
+    assert by_host(report)["lab-03"]["state"] == "fail:config_error"
+    flat = " ".join((proc.stdout + proc.stderr).split())
+    assert ("autopilot settings refused on 1 host(s): lab-03: autopilot_idle_minutes must be a whole number of at "
+            "least 1, got '0'") in flat, flat[-3000:]   # -e key=value: a string
+    assert sent(hook) == []
 
 
 def test_a_vanished_host_is_reported_once_and_recovers(fleet, tmp_path, hook):

@@ -63,6 +63,9 @@ def test_decide_acts_only_where_opted_in_and_never_in_check_mode(tmp_path):
     assert json.loads(lines[-1])["ap"]["action"] == "heal" and json.loads(lines[-1])["kind"] == "autopilot"
     report = json.loads((tmp_path / "autopilot.json").read_text())
     assert [row["host"] for row in report["hosts"]] == ["a", "b", "c"] and not report["check_mode"]
+    # c's wrong setting is recorded and notified like any state, and named for the playbook to fail the tick
+    (error,) = record["config_errors"]
+    assert error.startswith("c: autopilot_heal must be") and "nothing is healed or stopped" in error
 
 
 @pytest.mark.parametrize("park, env, expected, words", [
