@@ -55,14 +55,14 @@ def test_quick_start_runs_the_four_playbooks_by_fqcn_on_its_one_inventory():
 
 
 def test_launch_runs_from_the_project_directory_where_the_others_run_too():
-    """The one ``cd`` comes before the first playbook: reports/ and pulls/ land in the project directory, and
-    launch's default push leaves them home (roles/launch/defaults: launch_rsync_exclude)."""
+    """The one ``cd`` comes before the first playbook: reports/, pulls/ and rent's inventories/rented/ land in the
+    project directory, and launch's default push leaves them home (roles/launch/defaults: launch_rsync_exclude)."""
     commands = quickstart.argvs(quickstart.read())
     cds = [i for i, argv in enumerate(commands) if argv[0] == "cd"]
     first = min(i for i, argv in enumerate(commands) if argv[0] == "ansible-playbook")
     assert len(cds) == 1 and cds[0] < first
     defaults = yaml.safe_load((ROOT / "roles" / "launch" / "defaults" / "main.yml").read_text())
-    assert {"/pulls/", "/reports/"} <= set(defaults["launch_rsync_exclude"])
+    assert {"/pulls/", "/reports/", "/inventories/rented/"} <= set(defaults["launch_rsync_exclude"])
 
 
 def test_quick_start_shows_sample_outputs_the_lab_test_compares():
