@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 name: quiet
 type: stdout
 short_description: the default output, with ok results hidden but the reports that tasks print kept
-version_added: 1.0.0
+version_added: 0.1.0
 description:
   - The output of C(ansible.builtin.default), with all of its options, and two differences.
   - With O(display_ok_hosts=false), the default callback hides every ok result, also the messages that

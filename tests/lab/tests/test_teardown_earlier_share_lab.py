@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -109,6 +110,7 @@ def test_teardown_pulls_an_earlier_share_and_a_failed_items_log_before_the_meter
     assert "unsynced/001/trainer-item.log" in listed
     receipt = json.loads((laptop / "pulls" / "lab-03" / "TEARDOWN_RECEIPT.json").read_text())
     assert receipt["acted"] is True
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", receipt["time"]), receipt["time"]  # UTC, and says so
     # the meter stopped once, on lab-03 only
     assert [line["argv"] for line in fleet.meter("lab-03")] == [["shutdown", "-h", "now"]]
     assert fleet.meter("lab-01") == [] and fleet.meter("lab-02") == []
