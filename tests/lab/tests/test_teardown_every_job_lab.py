@@ -150,6 +150,10 @@ def test_teardown_refuses_while_any_job_runs_then_pulls_every_job_and_stops_each
         fake.stop()
     assert done.returncode == 0, shown(done)
     assert (done.stdout + done.stderr).count(KEY) == 0
+    # what stopping the meter means names the provider's API too, which stops RunPod's pod here (not runpodctl)
+    flat = " ".join(done.stdout.split())
+    assert ("host lab-02 (runpod): verb terminate: runpodctl remove pod $RUNPOD_POD_ID; or, where RUNPOD_API_KEY is "
+            "set and the instance id is known, through the runpod API (the gate below says which)") in flat, flat[-4000:]
     for host in HOSTS:
         runs = {}
         for job, run_id, arg in (("train", "train", TRAIN[int(ITEM[host])]),
