@@ -12,6 +12,10 @@ item): an earlier item's crash is reported apart, with its id.
 only (opened without blocking, so a FIFO or ``/dev/zero`` is refused, never read), the last
 :data:`MAX_SCAN_BYTES` at most, lines cut at :data:`MAX_LINE_CHARS`, and the whole scan in a child process that
 is killed after a deadline (a catastrophic ``progress_regex`` such as ``(a+)+$`` cannot be interrupted in-process).
+Every text of the log that a scan returns (the tail, the crash markers, the "command not found" lines, the progress
+text) is redacted here, on the box, by the patterns of redact.py (``WANDB_API_KEY=...``, ``Authorization: Bearer
+...``, ``hf_...``): the module's raw stdout is shown by ``-vvv`` (the ssh connection prints what the box answered)
+before any action plugin sees it. The box does not know the run's secret values; the controller redacts those after.
 The file layout is job_layout.py's.
 """
 
@@ -25,7 +29,7 @@ import select
 import signal
 import time
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils import safe_read
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import redact, safe_read
 
 START_MARKER_RE = re.compile(r"^==== trainer: started (?P<time>\S+) pid (?P<pid>\d+) ====[ \t]*$", re.M)
 
@@ -66,6 +70,10 @@ MAX_MARKER_TEXT = 300
 MAX_SCAN_BYTES = 256 << 20  # only the last 256 MiB of a log are scanned
 MAX_LINE_CHARS = 1 << 22  # a longer line is cut (the rest, up to its line end, is skipped)
 MAX_TAIL_CHARS = 4096  # a longer line of the returned tail keeps its first 1 KiB and its last 3 KiB
+# A text cut for return is redacted with this many characters of what is cut away beyond each kept end, so that a
+# secret across the cut is found by its name, and a long line costs a few KiB of redaction, not its length (the
+# patterns take about a second over a 4 MiB line).
+REDACT_MARGIN = 512
 
 
 class LogRefused(Exception):
@@ -221,6 +229,9 @@ def scan_log(blocks, progress_regex, tail_lines=20):
     last_start, last_start_line, current_item, current_item_line, crash_markers, crash_marker_count,
     earlier_crashes, not_found, progress, tail, lines); ``line_no`` values are 1-based in the whole file;
     ``not_found`` lists bash's "command not found" lines since the latest start ({item, command, line_no, text}).
+    The texts of the log it returns are redacted by redact.py's patterns: each tail line (cut as short_line cuts it,
+    by shown_line), the progress text likewise, each crash marker's and not-found line's text (at most
+    MAX_MARKER_TEXT characters, by clip) and the command named there.
     """
     tail = collections.deque(maxlen=max(tail_lines, 0))
     state = {"starts": 0, "last_start": None, "last_start_line": None, "current_item": None,
@@ -258,7 +269,10 @@ def scan_log(blocks, progress_regex, tail_lines=20):
         if tail.maxlen:
             tail.extend(_last_lines(block, tail.maxlen))
     state["lines"] = before
-    state["tail"] = list(tail)
+    # what leaves the box (see the module's docstring): the tail and the progress text, cut and redacted
+    state["tail"] = [shown_line(line) for line in tail]
+    if state["progress"] is not None:
+        state["progress"]["text"] = shown_line(state["progress"]["text"])
     return state
 
 
@@ -267,15 +281,16 @@ def _note_line(state, line, line_no):
     command = not_found_command(line)
     if command is not None:
         if len(state["not_found"]) < MAX_MARKERS:
-            state["not_found"].append({"item": state["current_item"], "command": command, "line_no": line_no,
-                                       "text": line[:MAX_MARKER_TEXT]})
+            state["not_found"].append({"item": state["current_item"], "command": redact.redact(command),
+                                       "line_no": line_no, "text": clip(line, MAX_MARKER_TEXT)})
         return
     match = CRASH_RE.search(line)
     if match is None:
         return
     state["crash_marker_count"] += 1
     if len(state["crash_markers"]) < MAX_MARKERS:
-        state["crash_markers"].append({"line_no": line_no, "kind": match.lastgroup, "text": line[:MAX_MARKER_TEXT]})
+        state["crash_markers"].append({"line_no": line_no, "kind": match.lastgroup,
+                                       "text": clip(line, MAX_MARKER_TEXT)})
 
 
 def open_log(path, inside=None):
@@ -363,6 +378,23 @@ def short_line(line, limit=MAX_TAIL_CHARS):
     return "%s [... %d characters cut ...] %s" % (line[:head], len(line) - limit, line[-(limit - head):])
 
 
+def clip(text, limit):
+    """The first ``limit`` characters of ``text``, redacted by redact.py's patterns (with REDACT_MARGIN characters
+    more while redacting: a secret across the cut is found by its name)."""
+    return redact.redact(text[:limit + REDACT_MARGIN])[:limit]
+
+
+def shown_line(line, limit=MAX_TAIL_CHARS):
+    """A line of the log as it leaves the box: redacted by redact.py's patterns, and cut as short_line cuts it. A
+    longer line is cut first, each kept end redacted with REDACT_MARGIN characters of the part cut away, so that
+    the cost stays that of a few KiB however long the line is."""
+    if len(line) <= limit:
+        return redact.redact(line)
+    head, end = limit // 4, limit - limit // 4
+    last = redact.redact(line[-(end + REDACT_MARGIN):])[-end:]
+    return "%s [... %d characters cut ...] %s" % (clip(line, head), len(line) - limit, last)
+
+
 def call_with_deadline(func, seconds):
     """``func()`` (its result must be JSON) in a forked child that is killed after ``seconds`` -> its result.
 
@@ -426,9 +458,7 @@ def scan_log_file(path, progress_regex, tail_lines=20, inside=None, seconds=30):
     try:
         def scan():
             skipped, blocks = fd_blocks(fd, st.st_size)
-            found = scan_log(blocks, progress_regex, tail_lines)
-            found["tail"] = [short_line(line) for line in found["tail"]]
-            return {"scan": found, "skipped_bytes": skipped}
+            return {"scan": scan_log(blocks, progress_regex, tail_lines), "skipped_bytes": skipped}
 
         found = call_with_deadline(scan, seconds)
     finally:

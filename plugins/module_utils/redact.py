@@ -69,8 +69,22 @@ _PAIR = re.compile(r"(?i)([\"']?(?<![A-Za-z0-9_\-])(?:[a-z0-9_\-]{0,40}(?:api[_\
 # probe's result, 15 jobs and about 2,000 strings: 6.2 ms before, 3.0 ms, on the controller of every host).
 # tests/unit/plugins/module_utils/test_redact.py holds this to the patterns: a text that this does not find is one
 # that they leave as it is.
-_MAY_MATCH = re.compile(r"(?i)://|bearer|basic|token|passw|secret|sign|api[_\-]?key|access[_\-]?key"
+# Searched in the text made lower case (may_match), not with (?i): Python's re finds no literal to skip ahead with
+# under IGNORECASE. The check took about 10 us for a 60-character log line, 0.7 us so (job_log.py redacts each line
+# of a job's log tail on the box, at every patrol tick), and redact_data of a result of 4,500 strings 7.1 ms, 2.4 ms.
+_MAY_MATCH = re.compile(r"://|bearer|basic|token|passw|secret|sign|api[_\-]?key|access[_\-]?key"
                         r"|rp[as]_|hf_|sk-|gh[opsu]_|github_pat_|xox[abprs]-|local-|eyj")
+# The letters that (?i) matches to an ASCII letter besides its two cases (the patterns are (?i)): the dotted and the
+# dotless I, the long S and the Kelvin sign. lower() makes only the last one that letter (the dotted I becomes an i
+# and a combining dot), so they are made the letter first.
+_FOLD = {0x130: "i", 0x131: "i", 0x17F: "s", 0x212A: "k"}
+
+
+def may_match(text):
+    """Whether any pattern of redact could match in ``text`` (a superset of what they match, see _MAY_MATCH)."""
+    if not text.isascii():
+        text = text.translate(_FOLD)
+    return _MAY_MATCH.search(text.lower()) is not None
 
 
 def _forms(secret):
@@ -117,7 +131,7 @@ def _redact(text, known, mark):
     text = "" if text is None else str(text)
     if not text:
         return text
-    if _MAY_MATCH.search(text):
+    if may_match(text):
         text = _by_pattern(text, mark)
     for form in known:
         text = text.replace(form, mark)

@@ -158,6 +158,13 @@ options:
     description:
       - How many of the last log lines to return, from 0 to 10000.
       - A returned line longer than 4096 characters keeps its first 1024 and its last 3072 characters.
+      - >-
+        Every text returned from the log (the lines of C(tail), the C(text) of C(crash_markers),
+        C(earlier_crashes) and bash's C(command not found) lines, the C(progress) text) is redacted on the host,
+        before the result leaves it, by the collection's secret patterns (C(WANDB_API_KEY=...), C(token=...),
+        C(Authorization: Bearer ...), URLs with C(user:password@), tokens of known shapes such as C(hf_...)):
+        C(-vvv) prints a module's raw output over SSH before the controller sees it. The host does not know the
+        run's secret values; the controller redacts those afterwards.
     type: int
     default: 20
   scan_timeout:
@@ -268,6 +275,10 @@ jobs:
       C(launch_min_seconds_fail)).
     - C(last_start) is the time of the latest start marker in the log, C(launched_epoch) the launch time of the
       trusted C(job.meta.json) (null when it is missing or untrusted).
+    - C(tail) holds the last O(tail_lines) lines of the log, without the wrappers' own lines. It, the C(text) of
+      C(crash_markers) and of C(earlier_crashes), and C(progress.text) are redacted on the host by the secret
+      patterns (see O(tail_lines)), so that a key a job printed (C(WANDB_API_KEY=...)) shows as C(<redacted>) even
+      in C(-vvv) output.
     - C(artifacts) (only for a live job whose log is older than O(stale_minutes), else null) is the newest
       checkpoint or output (C(roots) walked, C(path), C(age_seconds), C(entries), C(truncated)); C(gpu_activity)
       (null likewise) counts the GPU readings (C(readings), C(busy), C(max_util_pct), C(samples), C(now));

@@ -21,6 +21,12 @@ asserted 0600, and it must hold the canaries (so the job really had them). Zero 
 
 The lab uses a static inventory: no inventory plugin runs, so there is no inventory cache here (the plugins' cache
 is grepped by tests/playbooks/test_secret_canary.py).
+
+Apart from that, a job that prints keys into its own log (``debug: WANDB_API_KEY=...``, a CUDA error with an
+``Authorization: Bearer`` header) is patrolled at ``-vvv`` over SSH, with the controller not knowing those values:
+ansible-core's ssh connection prints what the box answered before any action plugin redacts it, so only the box's
+own redaction (job_log.py, by redact.py's patterns) keeps them out of that output. tests/playbooks/test_secret_canary.py
+patrols such a job on localhost, over the local connection, which prints no raw answer.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -139,8 +146,12 @@ def approve(hosts):
 
 def shown(proc):
     """The end of a run's output for a failure message, with the canaries masked (a failure must not leak them)."""
-    text = proc.stdout[-5000:] + proc.stderr[-3000:]
-    for name, value in CANARY.items():
+    return masked(proc.stdout[-5000:] + proc.stderr[-3000:])
+
+
+def masked(text):
+    """``text`` with every canary (those of the -vvv log test too) written as its name."""
+    for name, value in list(CANARY.items()) + list(LOG_CANARY.items()):
         text = text.replace(value, "<%s>" % name)
     return text
 
@@ -150,6 +161,58 @@ def fleet(lab_free, tmp_path_factory):
     with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "2", "--platform", "lab-02=runpod") as lab:
         assert [lab.hosts[h]["lab_platform"] for h in HOSTS] == ["autodl", "runpod"]
         yield lab
+
+
+# What the job of the -vvv test prints into its log: the controller is not told these values (not in
+# CANARY: the box keeps them in that job's own log, which the test removes).
+LOG_CANARY = {"wandb_log": "canary-wandb-fedcba9876543210", "bearer_log": "canaryLabBearer7d3f9a1c5e"}
+LEAK_RUN_DIR = "~/canary-vvv-jobs"
+
+
+def test_keys_a_job_printed_never_show_in_patrol_at_vvv(fleet, tmp_path):
+    """patrol at -vvv over SSH, on a job that printed keys into its log and crashed: the raw answer of job_status
+    that the ssh connection prints holds the tail and the crash marker, redacted on the box."""
+    command = ('echo "epoch 1/3"; echo "debug: WANDB_API_KEY=%s"; '
+               'echo "RuntimeError: CUDA error: the upload failed with Authorization: Bearer %s"; exit 3'
+               % (LOG_CANARY["wandb_log"], LOG_CANARY["bearer_log"]))
+    try:
+        for host in HOSTS:
+            proc = subprocess.run(
+                [os.path.join(VENV_BIN, "ansible"), "-i", fleet.inventory_path, host, "-o", "-m",
+                 "remote_gpu.trainer.detached_job", "-a", json.dumps({"name": "leak", "run_dir": LEAK_RUN_DIR,
+                                                                      "command": command})],
+                capture_output=True, text=True, env=controller_env(), stdin=subprocess.DEVNULL, timeout=300,
+                check=False)
+            assert proc.returncode == 0, shown(proc)
+        for host in HOSTS:
+            for _wait in range(300):
+                if fleet.ssh(host, "test -e %s/leak/status.json" % LEAK_RUN_DIR, check=False).returncode == 0:
+                    break
+                time.sleep(0.2)
+            log = fleet.ssh(host, "cat %s/leak/job.log" % LEAK_RUN_DIR).stdout
+            assert all(value in log for value in LOG_CANARY.values())  # the job printed them: its own log
+        laptop = tmp_path / "laptop"
+        laptop.mkdir()
+        run = Runs(fleet, laptop)
+        proc = run("patrol.yml", "-l", ",".join(HOSTS), "-e", "patrol_run_dir=%s" % LEAK_RUN_DIR)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0, shown(proc)  # the crash is a FAIL
+        rows = {row["host"]: row for row in json.loads((laptop / "reports" / "patrol.json").read_text())["hosts"]}
+        assert [rows[host]["verdict"] for host in HOSTS] == ["FAIL", "FAIL"], masked(json.dumps(rows))
+        leaked = sorted(name for name, value in LOG_CANARY.items() if value in output)
+        leaked += ["%s: %s" % (path.relative_to(laptop), name) for path in sorted(laptop.rglob("*")) if path.is_file()
+                   for name, value in LOG_CANARY.items() if value in path.read_text(errors="replace")]
+        assert leaked == [], "printed by patrol -vvv or left in its reports: %s" % leaked
+        # the ssh connection's -vvv line of each host's raw answer: the tail and the crash marker, redacted there
+        raw = [line for line in output.splitlines() for host in HOSTS
+               if line.startswith("<%s> (" % fleet.hosts[host]["ansible_host"]) and '"tail": [' in line]
+        assert len(raw) >= len(HOSTS), masked(output[-5000:])
+        for line in raw:
+            assert "debug: WANDB_API_KEY=<redacted>" in line and "Authorization: Bearer <redacted>" in line, \
+                masked(line)
+    finally:
+        for host in HOSTS:
+            fleet.ssh(host, "rm -rf %s" % LEAK_RUN_DIR, check=False)
 
 
 def test_no_canary_anywhere_after_launch_patrol_and_teardown(fleet, tmp_path):

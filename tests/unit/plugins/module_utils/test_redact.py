@@ -6,6 +6,7 @@ import inspect
 import itertools
 import json
 import random
+import re
 import time
 
 import pytest
@@ -158,7 +159,7 @@ def test_digests_and_commits_stay_readable(text):
     assert redact.redact(text) == text
 
 
-# redact runs its patterns only on a text where _MAY_MATCH finds what every one of them needs. Held to the patterns
+# redact runs its patterns only on a text where may_match (_MAY_MATCH) finds what every one of them needs. Held to the patterns
 # themselves: texts built at random from their pieces (the words, the prefixes, the separators, values of every
 # length) and from what is near them ("sig", "tok", "ey", "-x", ":/"), and every text of the tests above.
 PIECES = ("token", "TOKEN", "tok", "password", "passwd", "Passw", "secret", "sign", "sig", "signature", "api_key",
@@ -179,7 +180,7 @@ def _texts(count, seed=20261205):
 
 def test_a_text_that_may_match_finds_nothing_in_is_one_the_patterns_keep():
     texts = _texts(30000)
-    passed_over = [text for text in texts if not redact._MAY_MATCH.search(text)]
+    passed_over = [text for text in texts if not redact.may_match(text)]
     # the generator reaches both sides of the check, and the patterns redact many of the texts they are given
     assert 1000 < len(passed_over) < len(texts) - 1000
     assert sum(redact._by_pattern(text, redact.MARK) != text for text in texts) > 1000
@@ -192,4 +193,24 @@ def test_every_secret_of_the_tests_above_is_found_by_the_check():
     for name in ("test_tokens_of_known_shapes_and_user_information_go", "test_hex_keys_go_where_a_secret_name_stands_before_them"):
         for mark in getattr(module, name).pytestmark:
             for case in mark.args[1]:
-                assert redact._MAY_MATCH.search(case[0]), case
+                assert redact.may_match(case[0]), case
+
+
+# The letters that Python's (?i) takes for an ASCII one besides its two cases (the patterns are (?i); may_match
+# searches the text made lower case, which does not make the first three that letter).
+FOLDED = ("paſsword=abcd1234", "PAſSWORD: abcd1234", "ſign=abcd1234", "toKen=abcd1234", "TOKEN=abcd1234",
+          "apİ_key=abcd1234", "apı-key: abcd1234", "--apİ-key abcd1234", "baſıc abcdefgh1234", "tokEN abcd12345")
+
+
+@pytest.mark.parametrize("text", FOLDED)
+def test_the_check_finds_what_ignorecase_matches_to_an_ascii_letter(text):
+    assert redact._by_pattern(text, redact.MARK) != text  # the patterns redact it: the check must let it through
+    assert redact.may_match(text) and "abcd1234" not in redact.redact(text)
+
+
+def test_the_lower_case_check_is_the_ignorecase_one():
+    """may_match searches the lowered text (about 14 times faster than (?i) on a log line): the same answer as the
+    (?i) search of _MAY_MATCH, on every text of the tests above and on those letters."""
+    ignorecase = re.compile("(?i)" + redact._MAY_MATCH.pattern)
+    texts = _texts(5000) + list(FOLDED) + ["\u0130\u0131\u017f\u212a ok", "ŞİGN", "\u2588\u2588 50%", ""]
+    assert [bool(ignorecase.search(text)) for text in texts] == [redact.may_match(text) for text in texts]
