@@ -264,8 +264,16 @@ class DirectAction(NormalAction):
         interpreter = self._used_interpreter.lstrip("#!")
         display.vvv("%s runs without AnsiballZ (%d bytes to %s)" % (self.MODULE, len(text), interpreter),
                     host=self._play_context.remote_addr)
-        # an unreachable host or a timeout is the task's, as for any module run
-        response = self._low_level_execute_command(command, sudoable=True, in_data=text.encode("utf-8"))
+        # an unreachable host or a timeout is the task's, as for any module run. The connection prints what the
+        # host answered at -vvv, before any redaction, unless its play context (a copy of the task's) says no_log:
+        # the answer shows, redacted, as the task's result (a key a job printed that no pattern knows, but the
+        # controller does, stays out of the output)
+        context = getattr(self._connection, "_play_context", None) or self._play_context
+        no_log, context.no_log = context.no_log, True
+        try:
+            response = self._low_level_execute_command(command, sudoable=True, in_data=text.encode("utf-8"))
+        finally:
+            context.no_log = no_log
         try:
             parsed = self.direct_result(response)
         except Unsupported as exc:
