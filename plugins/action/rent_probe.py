@@ -4,7 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """rent_probe: each new box of a rent, on its own thread: wait until it runs and answers SSH, probe it, and give it
 back through the API at once when it is FAIL (see the module's documentation). What a bad box is billed is the
-provider's provisioning, at most one poll interval, the probe, and one API request: no Ansible task in between."""
+provider's provisioning, at most one poll interval, the probe, and one API request: no Ansible task in between.
+A box that the controller could not log in to (its own SSH settings) is UNPROBED: given back too, its machine not
+judged, and the result's ``stop_renting`` tells the rent to rent no more."""
 
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identi
     check_address, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, STUCK, Lifecycle, make_client, make_v2_client, plan)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import judge, machine_id
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import (
+    UNPROBED, judge, machine_id, ssh_fault, ssh_text, stop_renting)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.rsync import Target
 from ansible_collections.remote_gpu.trainer.plugins.modules.rent_probe import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.direct import Unsupported, program_for
@@ -92,7 +95,8 @@ def ssh_answers(address, port, deadline):
 
 
 def module_result(rc, out, err):
-    """A module's result from its run over SSH; a failed result when it printed none (the message says why)."""
+    """A module's result from its run over SSH; a failed result when it printed none (the message says why, without
+    ssh's noise). ssh's own failure (255) carries ``ssh_fault`` when the controller's settings caused it."""
     text = (out or "").strip()
     start = text.find("{")
     if start >= 0:
@@ -101,8 +105,16 @@ def module_result(rc, out, err):
         except ValueError:
             pass
     if rc == 255:
-        return {"failed": True, "unreachable": True, "msg": "SSH failed: %s" % " ".join((err or "").split())[-300:]}
-    return {"failed": True, "msg": "no module result (rc %s): %s" % (rc, " ".join((err or out or "").split())[-300:])}
+        return {"failed": True, "unreachable": True, "msg": "SSH failed: %s" % ssh_text(err),
+                "ssh_fault": ssh_fault(err)}
+    return {"failed": True, "msg": "no module result (rc %s): %s" % (rc, ssh_text(err or out))}
+
+
+def ssh_command(target, address, port):
+    """The login that the probe tried, as a command to try by hand (the key and the user, no other option)."""
+    dest = ("%s@%s" % (target.user, address)) if target.user else str(address)
+    key = " -i %s" % shlex.quote(target.private_key_file) if target.private_key_file else ""
+    return "ssh%s -p %s %s true" % (key, port, shlex.quote(dest))
 
 
 class ActionModule(DocumentedAction):
@@ -131,7 +143,7 @@ class ActionModule(DocumentedAction):
                    "created_at": instance.get("created_at") or time.time(), "running_at": None,
                    "answered_at": None, "probe_started_at": None, "probed_at": None, "probe_seconds": None, "probe_seconds_box": None, "destroy_at": None,
                    "seconds_billed": None, "polls": 0, "destroy_confirmed": None, "host_keys_recorded": None,
-                   "identity": None}
+                   "identity": None, "ssh_command": None}
             setup = self.connection_of(fleet.get(name), args["probes"].get(name), provider)
             if first_contacts is not None:
                 setup["first_contact"] = os.path.join(first_contacts.name, "%d" % len(boxes))
@@ -150,7 +162,10 @@ class ActionModule(DocumentedAction):
                 box.update(outcome="not given back", error=box["error"] or "its check did not end in time")
             box["error"] = scrub(box["error"], key) if box["error"] else None
             box["finding"] = scrub(box["finding"], key) if box["finding"] else None
-        result.update(changed=any(b["outcome"] == "given back" for b in boxes), boxes=boxes)
+            box["ssh_command"] = scrub(box["ssh_command"], key) if box["ssh_command"] else None
+        # a box the controller could not log in to: every next one would fail the same way, and bill
+        result.update(changed=any(b["outcome"] == "given back" for b in boxes), boxes=boxes,
+                      stop_renting=stop_renting(boxes))
         stuck = [b for b in boxes if b["outcome"] == "not given back"]
         if stuck:
             result.update(failed=True, msg="%d unfit box(es) were NOT given back, and may still be billing: %s" % (
@@ -272,7 +287,11 @@ class ActionModule(DocumentedAction):
         seconds = probe.get("seconds")
         box["probe_seconds_box"] = seconds.get("total") if isinstance(seconds, dict) else None
         box["verdict"], box["finding"] = judge(probe)
-        if box["verdict"] != "FAIL":
+        if box["verdict"] == UNPROBED:
+            # the controller's own login failed: nothing is known of the box, which this controller cannot use as
+            # configured and which bills; it is given back like an unfit one (the rent records no bad machine)
+            box["ssh_command"] = ssh_command(setup["target"], address, port)
+        elif box["verdict"] != "FAIL":
             box.update(outcome="kept", seconds_billed=round(time.time() - box["created_at"], 1))
             if setup["first_contact"]:
                 reader.join(args["ssh_timeout"] + 5)

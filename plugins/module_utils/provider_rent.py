@@ -10,7 +10,10 @@
   excluded which offers;
 - the create request of each provider (``vast_ask_body``: ``PUT /api/v0/asks/{offer_id}/``; ``runpod_create_body``:
   ``POST /v1/pods``; ``lambda_launch_body``: ``POST /api/v1/instance-operations/launch``);
-- the instances that already carry the rent's label (``labelled``: a rent is idempotent by its name).
+- the instances that already carry the rent's label (``labelled``: a rent is idempotent by its name);
+- the verdict on a new box (``judge``), whose SSH failure is told apart (``ssh_fault``): the controller's own login
+  refused (``ssh_auth_failed``) or its host-key settings (``ssh_host_key_failed``) are no fault of the machine, and
+  stop the rent (``stop_renting``), since every next box would fail the same way.
 
 Field names are the providers' own, from the vendored OpenAPI documents in ``tests/fixtures/openapi`` (their README
 names each source and commit): vast.ai ``search offers`` (``POST /api/v0/bundles``: filters ``gpu_name``, ``num_gpus``,
@@ -25,6 +28,8 @@ value}`` objects; the answer ``offers``) and ``create instance`` (``PUT /api/v0/
 
 from __future__ import annotations
 
+import re
+
 # vast.ai: the offers' fields this module reads, and the constraint each one answers
 SPEC_KEYS = ("gpu", "gpu_count", "min_vram_gb", "max_price", "min_reliability", "min_direct_ports", "image",
              "disk_gb", "volume_gb", "regions", "interruptible", "cloud_type", "public_key", "onstart",
@@ -32,6 +37,21 @@ SPEC_KEYS = ("gpu", "gpu_count", "min_vram_gb", "max_price", "min_reliability", 
 
 RUNPOD_CLOUD_TYPES = ("SECURE", "COMMUNITY")
 LAMBDA_NAME_MAX = 64
+
+# max_price: only vast.ai's offers carry a price to filter on before the create. Neither of the other creates takes
+# one: RunPod's PodCreateInput (runpod/docs api-reference/openapi.json, POST /v1/pods; tests/fixtures/openapi/
+# runpod-v1.json) has no price or bid field (a pod bills its GPU type's rate in its cloud type, the spot rate when
+# interruptible; the bid, bidPerGpu, and runpodctl's deployCost ceiling belong to RunPod's GraphQL API, which this
+# collection does not use), and Lambda's launchInstance_request (tests/fixtures/openapi/lambda.json) has none either
+# (an instance bills its instance type's price_cents_per_hour). A cap that cannot be enforced is refused, not ignored.
+PRICE_CAP_REFUSED = {
+    "runpod": "RunPod's create (POST /v1/pods, PodCreateInput) takes no price and no bid: a pod bills its GPU "
+              "type's rate in its cloud type (the spot rate with interruptible), known only once it runs. Drop "
+              "max_price (rent_max_price), or rent on vast.ai, whose offers are filtered by it",
+    "lambda": "Lambda's launch (POST /api/v1/instance-operations/launch) takes no price: an instance bills its "
+              "instance type's fixed price (price_cents_per_hour). Drop max_price (rent_max_price), or choose a "
+              "cheaper spec.instance_type",
+}
 
 
 class SpecError(ValueError):
@@ -82,6 +102,9 @@ def check_spec(provider, spec):
     if not isinstance(env, dict):
         raise SpecError("spec.env must be a mapping of variable names to values.")
     out["env"] = {str(k): str(v) for k, v in env.items()}
+    if out["max_price"] is not None and provider in PRICE_CAP_REFUSED:
+        raise SpecError("%s: spec.max_price (rent_max_price) %s $/h cannot be enforced. %s." % (
+            provider, out["max_price"], PRICE_CAP_REFUSED[provider]))
     if provider == "vastai":
         if not spec.get("image"):
             raise SpecError("vastai: spec.image is required (the Docker image of the instance, e.g. "
@@ -316,12 +339,86 @@ def machine_id(provider, record):
 
 # --- the verdict on a new box -----------------------------------------------------------------------------------
 
+# A box whose probe could not run because of the controller's own SSH settings is UNPROBED, not FAIL: its machine
+# is not recorded as bad, and the rent stops renting (every next box would fail the same way, and bill).
+UNPROBED = "UNPROBED"
+SSH_AUTH_FAILED = "ssh_auth_failed"
+SSH_HOST_KEY_FAILED = "ssh_host_key_failed"
+CONTROLLER_CODES = (SSH_AUTH_FAILED, SSH_HOST_KEY_FAILED)
+
+# ssh's own line that says nothing about the failure: a first contact's "Warning: Permanently added '[h]:p' (ED25519)
+# to the list of known hosts." (its warnings' '@' frames are left out too)
+_SSH_NOISE = re.compile(r"^Warning: Permanently added .* to the list of known hosts\.?$")
+# OpenSSH's last words (exit status 255) when the controller's own settings made the login fail. The lines before
+# them are the evidence, and stay in the finding: a key file missing ("Warning: Identity file ... not accessible",
+# older "no such identity: ..."), unreadable ("Load key \"...\": bad permissions", "invalid format"), an agent that
+# refused, a known_hosts line that differs ("REMOTE HOST IDENTIFICATION HAS CHANGED"), a new key under
+# StrictHostKeyChecking=yes ("No ED25519 host key is known for ..."). The host key first: ssh checks it before it
+# authenticates. A box whose sshd does not answer, resets or closes the connection, or a probe that runs past its
+# timeout, is the box's (or its provider's) fault, and matches none.
+_SSH_CONTROLLER = (
+    (SSH_HOST_KEY_FAILED, re.compile(r"^Host key verification failed", re.M)),
+    (SSH_AUTH_FAILED, re.compile(r"Permission denied \(|Permission denied, please try again"
+                                 r"|Too many authentication failures|No more authentication methods to try")),
+)
+
+# what went wrong, whose fault it is, and what to check, when the controller could not log in or refused a host key
+_CONTROLLER_ADVICE = {
+    SSH_AUTH_FAILED: (
+        "the controller could not log in to %d new box(es) over SSH",
+        "this controller's SSH login (its key, its agent, the key the provider installs on new boxes, the user)",
+        "Check, then rent again: the private key that ansible_ssh_private_key_file (or ansible_private_key_file) "
+        "names exists and is readable by you only (mode 0600), or is loaded in ssh-agent (ssh-add -l) when it has a "
+        "passphrase (the probe runs with BatchMode=yes: nothing prompts); its public key is the one the provider "
+        "installs on new boxes (vast.ai: the account's SSH keys; RunPod: the account's SSH public key, or "
+        "spec.public_key through rent_spec, with an image that installs PUBLIC_KEY; Lambda: spec.ssh_key_names); "
+        "and the user (ansible_user: root on vast.ai and RunPod, ubuntu on Lambda)"),
+    SSH_HOST_KEY_FAILED: (
+        "the controller's SSH settings refused the host key of %d new box(es)",
+        "this controller's known_hosts settings (a new box's key is known to nobody yet)",
+        "Check, then rent again: a UserKnownHostsFile or StrictHostKeyChecking=yes in rent_ssh_common_args or "
+        "ansible_ssh_common_args comes before the rent's own first-contact settings, and wins: drop it there, or "
+        "remove the stale line that ssh names (ssh-keygen -R '[address]:port' -f FILE)"),
+}
+
+
+def ssh_text(stderr, limit=300):
+    """ssh's stderr on one line, without its noise (a first contact's "Permanently added" warning, the '@' frames),
+    its last ``limit`` characters: the decisive line comes last."""
+    lines = [line.strip().strip("@").strip() for line in str(stderr or "").splitlines()]
+    return " ".join(" ".join(line for line in lines if line and not _SSH_NOISE.match(line)).split())[-limit:]
+
+
+def ssh_fault(stderr):
+    """The finding code of an SSH failure (ssh exited 255) that the controller's own settings caused:
+    ``ssh_auth_failed`` (its login was refused: the key, the agent, the user, the key the provider installs) or
+    ``ssh_host_key_failed`` (its known_hosts settings refused the box's key); None for a failure that is the box's or
+    its provider's (no answer, a connection reset or closed, a timeout, anything else)."""
+    text = "\n".join(line.strip() for line in str(stderr or "").splitlines())
+    for code, words in _SSH_CONTROLLER:
+        if words.search(text):
+            return code
+    return None
+
+
+def finding_code(finding):
+    """The code of a box's finding (``code: message``), or None."""
+    head = str(finding or "").split(":", 1)[0].strip()
+    return head if head and " " not in head else None
+
+
 def judge(probe):
     """(verdict, finding) of preflight_probe's result on a new box: its ``status`` and its first FAIL finding
-    (``code: message``); a probe that failed, did not answer or gave no status is FAIL ``probe_failed: ...``."""
+    (``code: message``). A probe that failed, did not answer or gave no status is FAIL ``probe_failed: ...``, but
+    UNPROBED ``ssh_auth_failed: ...`` or ``ssh_host_key_failed: ...`` when the controller's own SSH settings made it
+    fail (its ``ssh_fault``, from ``ssh_fault``): that says nothing of the box."""
     if not isinstance(probe, dict) or probe.get("failed") or probe.get("unreachable") or not probe.get("status"):
-        why = (probe or {}).get("msg") if isinstance(probe, dict) else None
-        return "FAIL", "probe_failed: %s" % " ".join(str(why or "the box did not answer").split())[:400]
+        why = " ".join(str(((probe or {}).get("msg") if isinstance(probe, dict) else None)
+                           or "the box did not answer").split())[:400]
+        code = probe.get("ssh_fault") if isinstance(probe, dict) else None
+        if code in CONTROLLER_CODES:
+            return UNPROBED, "%s: %s" % (code, why[len("SSH failed: "):] if why.startswith("SSH failed: ") else why)
+        return "FAIL", "probe_failed: %s" % why
     fails = []
     for part in ("inode_check", "gpu_health", "env_audit"):
         section = probe.get(part)
@@ -331,3 +428,29 @@ def judge(probe):
     if fails:
         return "FAIL", "%s: %s" % (fails[0].get("code"), fails[0].get("message"))
     return str(probe["status"]), None
+
+
+def stop_renting(boxes):
+    """Why the rent must rent no more boxes, or None: a box that the controller could not probe for its own SSH
+    settings (``ssh_auth_failed``, ``ssh_host_key_failed``) says that every next box would fail the same way, and
+    bill. The message says what went wrong (ssh's words), whose fault it is, what became of the boxes (given back
+    unprobed: the money-safe choice, since a box this controller cannot use still bills) and what to check."""
+    hit = [b for b in boxes or [] if isinstance(b, dict) and finding_code(b.get("finding")) in CONTROLLER_CODES]
+    if not hit:
+        return None
+    code = finding_code(hit[0]["finding"])
+    what, whose, advice = _CONTROLLER_ADVICE[code]
+    parts = ["%s: %s (%s)" % (code, what % len(hit), str(hit[0]["finding"]).split(":", 1)[1].strip().rstrip(".")),
+             "The fault is %s, not the machines': no machine was recorded as bad, and no more boxes are rented, since "
+             "each would fail the same way and bill" % whose]
+    back = [str(b.get("name")) for b in hit if b.get("outcome") == "given back"]
+    left = ["%s (instance %s)" % (b.get("name"), b.get("id")) for b in hit if b.get("outcome") != "given back"]
+    if back:
+        parts.append("Given back unprobed (this controller cannot use them as configured, and they bill): %s"
+                     % ", ".join(back))
+    if left:
+        parts.append("NOT given back, and may still bill (destroy them: remote_gpu.trainer.instance state=absent): %s"
+                     % ", ".join(left))
+    if hit[0].get("ssh_command"):
+        parts.append("Try the login by hand: %s" % hit[0]["ssh_command"])
+    return "%s. %s." % (". ".join(parts), advice)

@@ -26,6 +26,16 @@ description:
     identity check: the box's own id (vast.ai C(CONTAINER_ID), RunPod C(RUNPOD_POD_ID)) must be the instance's id;
     where the box gives none (Lambda, or an id it could not read), the provider's record must point at the address
     that was probed. A box whose identity does not match is never destroyed: the task fails and names it."
+  - "A box that the controller could not log in to is C(UNPROBED), not FAIL: ssh refused the controller's own login
+    (C(ssh_auth_failed): C(Permission denied), C(Too many authentication failures), after a key file that is missing
+    or unreadable too) or the controller's known_hosts settings refused the box's host key
+    (C(ssh_host_key_failed): C(Host key verification failed)). Nothing is known of that box, so its machine is not
+    judged; this controller cannot use it as configured and it bills, so it is given back like a FAIL one. The result's
+    RV(stop_renting) then says what is wrong and what to check, and C(playbooks/rent.yml) rents no more boxes: each
+    would fail the same way. A box whose SSH port does not answer within O(ssh_timeout), that resets or closes the
+    connection, or whose probe runs past O(ssh_timeout), is the box's fault (C(probe_failed))."
+  - "ssh's first-contact notice (C(Warning: Permanently added ... to the list of known hosts.)) is left out of the
+    findings."
   - "The seconds billed run from the create call's answer (the instance's C(created_at)) to the destroy's
     acceptance (the provider's answer to the destroy request). Then the module waits, up to O(timeout), until the
     provider reports the instance terminated, and says whether it did (C(destroy_confirmed))."
@@ -94,8 +104,8 @@ options:
         C(ansible_ssh_common_args) that check its key against this file (C(StrictHostKeyChecking=yes)), after the
         box's own SSH arguments, so that every later play verifies it.
       - SSH arguments of the box's own that name a C(UserKnownHostsFile) come first, and win.
-      - Unset, the box's SSH settings decide how a new key is taken (with Ansible's default, it is refused, and every
-        box is given back as C(probe_failed)).
+      - Unset, the box's SSH settings decide how a new key is taken (with Ansible's default, it is refused, and the
+        boxes are given back UNPROBED with C(ssh_host_key_failed), which RV(stop_renting) explains).
     type: path
 """
 
@@ -133,19 +143,32 @@ EXAMPLES = r"""
 RETURN = r"""
 boxes:
   description:
-    - "One entry per instance, in the order given - C(name), C(id), C(verdict) (PASS, WARN or FAIL), C(finding) (the
-      first FAIL finding, its code and message), C(outcome) (V(kept), V(given back), or V(not given back) when its
-      identity did not match or the destroy failed, with C(error)), C(hostvars) (as the inventory plugin would give
+    - "One entry per instance, in the order given - C(name), C(id), C(verdict) (PASS, WARN, FAIL or UNPROBED),
+      C(finding) (the first FAIL finding, its code and message), C(outcome) (V(kept), V(given back), or V(not given
+      back) when its identity did not match or the destroy failed, with C(error)), C(hostvars) (as the inventory plugin would give
       it, with its SSH address), C(machine_id), C(price_per_hour), C(created_at), C(running_at) (when the record was
       first read running with an address), C(answered_at) (SSH answered), C(probe_started_at), C(probed_at),
       C(probe_seconds) (the probe's SSH execution, as the controller timed it), C(probe_seconds_box) (the probe's own
       C(seconds.total)), C(destroy_at) (the destroy's acceptance), C(seconds_billed) (from C(created_at) to
       C(destroy_at); for a kept box, to the end of its probe), C(polls) (reads of its record until it ran; none
       after), C(destroy_confirmed), C(identity) (what was compared), C(host_keys_recorded) (with O(known_hosts): how many
-      of a kept box's host keys were written there)."
+      of a kept box's host keys were written there), C(ssh_command) (for an UNPROBED box: the login the probe tried,
+      as a command to try by hand)."
+    - "C(verdict) is V(UNPROBED) for a box that the controller could not log in to (C(finding) V(ssh_auth_failed: ...)
+      or V(ssh_host_key_failed: ...)): it says nothing of the box or its machine, and the box is given back."
   type: list
   elements: dict
   returned: always
   sample: [{"name": "sweep-a-9000002", "id": "9000002", "verdict": "FAIL", "outcome": "given back",
             "finding": "throttle_active: ...", "seconds_billed": 6.4, "polls": 7}]
+stop_renting:
+  description:
+    - "Null, or why no more boxes should be rented: a box could not be probed because the controller's own SSH login
+      (C(ssh_auth_failed)) or host-key settings (C(ssh_host_key_failed)) failed, so every next box would fail the
+      same way. It says ssh's words, which boxes were given back unprobed, and what to check (the key that
+      C(ansible_ssh_private_key_file) names, ssh-agent, the key registered with the provider, the user)."
+  type: str
+  returned: always
+  sample: "ssh_auth_failed: the controller could not log in to 2 new box(es) over SSH (root@203.0.113.7: Permission
+    denied (publickey)). The fault is this controller's SSH login ... Check, then rent again: ..."
 """

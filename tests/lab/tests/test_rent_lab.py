@@ -7,7 +7,8 @@ emulator's scenarios 8xh100-hwslowdown (the cheapest offer: throttled, preflight
 - ``rent.yml -e rent_count=2`` keeps exactly two PASS boxes, gives back the throttled one (one destroy call), records
   its machine id, and preflight and launch over the rented inventory succeed; a second run creates nothing;
 - a second rent skips the recorded bad machine's offer (check mode: creates nothing, prints the offer it would take);
-- a price cap below every offer creates nothing and names the cap;
+- a price cap below every offer creates nothing and names the cap; RunPod refuses a cap (its create takes no price),
+  and its --check prints the price as unknown, never 0;
 - the seconds the bad box was billed are in the table; the key is in no output, report or bad_machines.json.
 """
 from __future__ import annotations
@@ -61,12 +62,14 @@ def rent(lab, *extra, check=False, provider="vastai"):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
                RUNPOD_API_KEY=KEY,
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
-    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
-            os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps({
-                "rent_name": NAME, "rent_provider": provider, "rent_api_url": fake.url, "rent_count": 2,
+    settings = {"rent_name": NAME, "rent_provider": provider, "rent_api_url": fake.url, "rent_count": 2,
                 "rent_gpu": "H100_SXM", "rent_gpu_count": 8, "rent_max_price": 5, "rent_image": "pytorch/pytorch:latest",
                 "rent_disk_gb": 64, "rent_max_tries": 3, "rent_poll_interval": 0.2, "preflight_sample_seconds": 1,
-                "rent_inventory_dir": str(laptop / "inventories" / "rented")})]
+                "rent_inventory_dir": str(laptop / "inventories" / "rented")}
+    if provider != "vastai":
+        del settings["rent_max_price"]  # vast.ai's offers alone carry a price: RunPod refuses a cap it cannot enforce
+    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
+            os.path.join(REPO, "playbooks", "rent.yml"), "-e", json.dumps(settings)]
     argv += list(extra) + (["--check"] if check else [])
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(laptop), timeout=600,
                           stdin=subprocess.DEVNULL, check=False)
@@ -193,6 +196,28 @@ def test_runpod_rent_gives_back_the_pod_on_a_throttled_machine_and_records_its_m
     assert [r["path"] for r in runpod.api_requests() if r["method"] == "DELETE"] == ["/v1/pods/fakepod0010"]
     recorded = json.loads((laptop / "reports" / "bad_pods.json").read_text())
     assert [(r["machine_id"], r["finding"].split(":")[0]) for r in recorded] == [("fakemach0010", "throttle_active")]
+    assert KEY not in out
+
+
+def test_runpod_refuses_a_price_cap_and_check_mode_prints_the_unknown_price_as_unknown(lab):
+    """RunPod's create takes no price (PodCreateInput): rent_max_price is refused before any request, never ignored;
+    without it, --check says the expected total is unknown (the pod's rate is known once it runs), never 0."""
+    _fleet, _fake, _prov, _laptop, runpod = lab
+    before = len(runpod.api_requests())
+    pod = ("-e", "rent_name=pods-b", "-e", "rent_count=1", "-e", "rent_gpu='NVIDIA H100 80GB HBM3'")
+    proc, out = rent(lab, *pod, "-e", "rent_max_price=2", provider="runpod", check=True)
+    text = " ".join(out.split())
+    assert proc.returncode != 0, out[-3000:]
+    assert "runpod: spec.max_price (rent_max_price) 2.0 $/h cannot be enforced" in text, out[-3000:]
+    assert "Drop max_price (rent_max_price), or rent on vast.ai" in text
+    assert runpod.api_requests()[before:] == []
+    proc, out = rent(lab, *pod, provider="runpod", check=True)
+    assert proc.returncode == 0, out[-3000:]
+    lines = [ln.strip() for ln in out.splitlines()]
+    assert any(ln.startswith("would rent 1 box(es)") and "expected total unknown: 1 box(es) of unknown price" in ln
+               for ln in lines), out[-3000:]
+    assert "0.0000 $/h" not in out
+    assert [r["method"] for r in runpod.api_requests()[before:]] == ["GET"]  # the pods labelled pods-b: none created
     assert KEY not in out
 
 
@@ -326,4 +351,29 @@ def test_lambda_rent_gives_back_the_throttled_instance_and_keeps_the_next(lab):
     assert terminates == [{"instance_ids": [rows["given back"]["id"]]}], terminates
     assert rows["given back"]["finding"].startswith("throttle_active"), rows
     assert rows["kept"]["verdict"] == "PASS" and rows["kept"]["id"] != rows["given back"]["id"], rows
+    assert KEY not in out
+
+
+def test_a_key_the_boxes_refuse_gives_back_one_box_unprobed_and_stops_the_rent(lab, tmp_path):
+    """The laptop's key is not the one the provider installs (a user's ssh settings, not the machine): the first new
+    box is given back UNPROBED after its identity check, its machine is not recorded as bad, and the rent stops
+    instead of renting box after box that would each fail the same way."""
+    _fleet, fake, _prov, laptop, _runpod = lab
+    key = tmp_path / "not_the_providers_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    bad = laptop / "reports" / "bad_machines.json"
+    recorded = bad.read_text() if bad.exists() else None
+    before = len(fake.api_requests())
+    proc, out = rent(lab, "-e", "rent_name=sweep-k", "-e", "rent_count=1", "-e", "rent_max_tries=3",
+                     "-e", "ansible_ssh_private_key_file=%s" % key)
+    text = " ".join(out.split())
+    assert proc.returncode != 0, out[-4000:]
+    assert "ssh_auth_failed" in text and "Permission denied (publickey" in text, out[-4000:]
+    assert "UNPROBED" in text and "not recorded as bad" in text, out[-4000:]
+    assert "Warning: Permanently added" not in text
+    created = [r for r in fake.api_requests()[before:] if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/")]
+    deleted = [r for r in fake.api_requests()[before:] if r["method"] == "DELETE"]
+    # one box only: rented and given back, none rented after the stop (rent_max_tries would allow three)
+    assert len(created) == 1 and len(deleted) == 1, [(r["method"], r["path"]) for r in fake.api_requests()[before:]]
+    assert (bad.read_text() if bad.exists() else None) == recorded  # no machine blamed for the laptop's key
     assert KEY not in out

@@ -3,10 +3,13 @@ id, or the record's address against the probed one); a box whose identity does n
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.action import rent_probe as action
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent import judge
+from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.rsync import Target
 
 from controller_actions import make_action
 
@@ -112,3 +115,79 @@ def test_no_key_from_the_first_contact_changes_nothing(tmp_path):
     assert action.record_host_key(str(rent), str(first), "h", 2) == 0
     assert action.record_host_key(str(rent), str(tmp_path / "absent"), "h", 2) == 0
     assert rent.read_text() == "[h]:2 %s\n" % OLD_KEY
+
+
+# ssh's stderr as OpenSSH 9.2p1 printed it (tests/unit/plugins/module_utils/test_provider_rent.py SSH_CAPTURES)
+DENIED = ("Warning: Permanently added '127.0.170.2' (ED25519) to the list of known hosts.\n"
+          "root@127.0.170.2: Permission denied (publickey).\n")
+RESET = "kex_exchange_identification: read: Connection reset by peer\nConnection reset by 127.0.170.2 port 22\n"
+
+
+def test_ssh_s_own_failure_says_whose_fault_it_is_without_its_noise():
+    denied = action.module_result(255, "", DENIED)
+    assert denied == {"failed": True, "unreachable": True, "ssh_fault": "ssh_auth_failed",
+                      "msg": "SSH failed: root@127.0.170.2: Permission denied (publickey)."}
+    assert action.module_result(255, "", RESET)["ssh_fault"] is None
+    assert action.module_result(1, "", DENIED)["msg"] == (
+        "no module result (rc 1): root@127.0.170.2: Permission denied (publickey).")
+    assert action.module_result(0, '{"status": "PASS"}', DENIED) == {"status": "PASS"}
+
+
+class RunningLife(FakeLife):
+    """A Lifecycle stand-in for a box that runs at once: its record is read running, with its SSH address."""
+
+    def read(self, _pid):
+        return self.state["state"], self.state["raw"]
+
+
+def judged(monkeypatch, stderr=DENIED, answers=True, count=2):
+    """act() over ``count`` new vast.ai boxes that run and answer at once, each SSH execution (probe and identity)
+    failing with ``stderr``; nothing leaves the process."""
+    monkeypatch.setattr(action, "make_client", lambda *a, **k: None)
+    monkeypatch.setattr(action, "make_v2_client", lambda *a, **k: None)
+    lives = []
+
+    def life(*_args, **_kwargs):
+        lives.append(RunningLife(dict(RECORD)))
+        return lives[-1]
+    monkeypatch.setattr(action, "Lifecycle", life)
+    monkeypatch.setattr(action, "ssh_answers", lambda *_a: answers)
+    monkeypatch.setattr(action, "HostVariables", lambda *_a: {})
+    monkeypatch.setattr(action.ActionModule, "run_on", staticmethod(lambda *_a: (255, "", stderr)))
+    monkeypatch.setattr(action.ActionModule, "connection_of", lambda self, view, probe, provider: {
+        "problem": None, "probe": "probe", "identity": "identity", "python": "/usr/bin/python3",
+        "first_contact": None, "common_args": "",
+        "target": Target(user="root", private_key_file="/home/u/.ssh/id_ed25519", ssh_args=[])})
+    act = make_action(action.ActionModule, {}, name="remote_gpu.trainer.rent_probe")
+    instances = [{"id": str(9000002 + i), "name": "sweep-a-%d" % (9000002 + i), "created_at": time.time(),
+                  "machine_id": str(20002 + i)} for i in range(count)]
+    args = {"provider": "vastai", "instances": instances, "probes": {}, "api_key": "k", "api_url": None,
+            "timeout": 5, "ssh_timeout": 2, "poll_interval": 0.05, "retry_budget": 0, "known_hosts": None}
+    return act.act({}, args, {"hostvars": {}}), lives
+
+
+def test_a_box_the_controller_cannot_log_in_to_is_given_back_unprobed_and_the_rent_told_to_stop(monkeypatch):
+    result, lives = judged(monkeypatch)
+    assert [(b["verdict"], b["outcome"]) for b in result["boxes"]] == [("UNPROBED", "given back")] * 2
+    assert all(b["finding"] == "ssh_auth_failed: root@127.0.170.2: Permission denied (publickey)."
+               for b in result["boxes"]), result["boxes"]
+    # given back after the identity check (the record points at the probed address): the money-safe choice
+    assert [[(r["name"], r["method"]) for r in life.acted] for life in lives] == [[("destroy", "DELETE")]] * 2
+    assert result["boxes"][0]["ssh_command"] == "ssh -i /home/u/.ssh/id_ed25519 -p 22 root@127.0.170.2 true"
+    stop = result["stop_renting"]
+    assert stop.startswith("ssh_auth_failed: the controller could not log in to 2 new box(es) over SSH")
+    assert "Given back unprobed" in stop and "sweep-a-9000002, sweep-a-9000003" in stop
+    assert "ansible_ssh_private_key_file" in stop and "no more boxes are rented" in stop
+    assert "Permanently added" not in stop and not result.get("failed")
+
+
+@pytest.mark.parametrize("stderr, answers, finding", [
+    (RESET, True, "probe_failed: SSH failed: kex_exchange_identification: read: Connection reset by peer"),
+    (DENIED, False, "probe_failed: its SSH port 127.0.170.2:22 did not answer within 2 s"),
+])
+def test_a_box_that_resets_or_never_answers_is_the_boxs_fault_and_the_rent_goes_on(
+        monkeypatch, stderr, answers, finding):
+    result, _lives = judged(monkeypatch, stderr=stderr, answers=answers, count=1)
+    (one,) = result["boxes"]
+    assert (one["verdict"], one["outcome"]) == ("FAIL", "given back") and one["finding"].startswith(finding), one
+    assert result["stop_renting"] is None and one["ssh_command"] is None
