@@ -107,7 +107,8 @@ options:
       - With O(state=present), what to rent, a mapping. C(gpu) (a name or a list - vast.ai C(gpu_name) such as
         C(RTX_4090) or C(H100_SXM), RunPod GPU type ids such as C(NVIDIA H100 80GB HBM3), in the order to try),
         C(gpu_count) (default 1), C(image) (required for vast.ai and RunPod), C(disk_gb) (vast.ai C(disk), RunPod
-        C(containerDiskInGb)), C(volume_gb) (RunPod), C(max_price) (per instance and hour, vast.ai), C(min_vram_gb),
+        C(containerDiskInGb)), C(volume_gb) (RunPod), C(max_price) (per instance and hour, vast.ai; RunPod and Lambda
+        refuse it, their create taking no price), C(min_vram_gb),
         C(min_reliability) (0 to 1), C(min_direct_ports) (vast.ai, default 1), C(regions) (vast.ai country codes or
         places, RunPod data center ids, Lambda exactly one region), C(interruptible) (vast.ai bid at C(max_price),
         RunPod spot), C(cloud_type) (RunPod C(SECURE) or C(COMMUNITY)), C(public_key) (RunPod), C(onstart) (vast.ai),
