@@ -13,6 +13,8 @@ controller and every host; the raw floors go through the same relay:
              ssh that calls the meter's stop, per host; teardown.yml with every host approved by name
   ping       Ansible's floor: a play of ansible.builtin.ping on every host
 Every run connects cold (raw: ControlPath=none; Ansible: its ControlPersist masters are closed before each run).
+The raw side runs every host at once, and Ansible runs with forks set to the fleet's size (ANSIBLE_FORKS), as the
+README advises (the checkout's ansible.cfg has 32: at 128 hosts that would compare four waves with one).
 Runs are interleaved round by round.
 
 For each: the median wall time, the controller's CPU per host (user plus system time of the finished child processes:
@@ -191,7 +193,7 @@ class Lab:
     # --- Ansible -------------------------------------------------------------------------------------------
     def playbook(self, playbook, *extra, env=None):
         environ = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_DEPRECATION_WARNINGS="0",
-                       PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+                       ANSIBLE_FORKS=str(self.size), PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
         if self.timeline_log:
             environ["ANSIBLE_SSH_EXECUTABLE"] = self.ssh
         environ.update(env or {})
