@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import subprocess
 
 import pytest
 
-from labhelpers import REPO, needs_root, started_fleet
+from labhelpers import needs_root, started_fleet
 from lab_teardown_support import checkpoint
 from test_launch_lab import read_json, wait_finished
+from test_teardown_every_job_lab import playbook, shown
 
 pytestmark = needs_root
-VENV_BIN = os.path.join(REPO, ".venv", "bin")
 HOSTS = ("lab-01", "lab-02", "lab-03")
 # The "training": a real safetensors checkpoint per argument (teardown checks that every checkpoint loads); on a
 # box with ~/fail-<arg>, that item fails with a traceback in its log.
@@ -47,21 +45,6 @@ def fleet(lab_free, tmp_path_factory):
     with started_fleet(tmp_path_factory.mktemp("lab"), "--size", "3", "--platform", "all=autodl", *regions) as lab:
         assert [lab.hosts[h]["lab_platform"] for h in HOSTS] == ["autodl"] * 3
         yield lab
-
-
-def playbook(fleet, cwd, name, *args):
-    """``ansible-playbook -i INVENTORY playbooks/NAME ARGS`` as the README writes it, from ``cwd`` (the laptop's
-    project, where the pulls land); stdin is /dev/null, so a prompt could never wait."""
-    environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
-    environ.pop("AUTODL_TOKEN", None)  # AutoDL stops with its command here
-    return subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", fleet.inventory_path,
-                           os.path.join(REPO, "playbooks", name), *args], capture_output=True, text=True,
-                          env=environ, cwd=str(cwd), stdin=subprocess.DEVNULL, timeout=600, check=False)
-
-
-def shown(proc):
-    return proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
 def test_teardown_pulls_an_earlier_share_and_a_failed_items_log_before_the_meter_stops(fleet, tmp_path):
