@@ -242,7 +242,9 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
     """README.md's three Rent commands, verbatim, with only what a lab needs added: the fake's URL (rent_api_url),
     the lab's SSH key and known_hosts, and preflight's lab settings. The fake serves offers that fit the README's
     spec (1 x H100_SXM at most 2.5 $/h): the cheapest one throttled, one above the cap; the commands check, rent two
-    (giving back the throttled box), and launch the two configs there."""
+    (giving back the throttled box), and launch the two configs there. Then, as the user goes on, teardown of one box
+    (approved by name) pulls its results and terminates its instance once, which leaves the rented inventory, and a
+    patrol over that inventory judges the box left."""
     fleet, _fake, _prov, _laptop, _runpod = lab
     commands = readme_rent_commands()
     assert [argv[:4] for argv in commands] == [
@@ -264,9 +266,11 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
     (tmp_path / "configs").mkdir()
     for name in ("a", "b"):
         (tmp_path / "configs" / ("%s.yaml" % name)).write_text("lr: 0.1\n")
-    (tmp_path / "train.py").write_text("import os, sys\nprint('epoch 1/1', sys.argv[1:])\n"
-                                       "open(os.path.join(os.environ['TRAINER_OUTPUT_DIR'], 'best.pt'), 'w')"
-                                       ".write(sys.argv[-1])\n")
+    # the training: a real checkpoint (teardown checks that every one it pulls loads)
+    (tmp_path / "ckpt.safetensors").write_bytes(checkpoint("readme"))
+    (tmp_path / "train.py").write_text("import os, shutil, sys\nprint('epoch 1/1', sys.argv[1:])\n"
+                                       "shutil.copy('ckpt.safetensors', os.path.join(os.environ['TRAINER_OUTPUT_DIR'], "
+                                       "'best.safetensors'))\n")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", VAST_API_KEY=KEY,
                PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
     try:
@@ -284,6 +288,27 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
                                   stdin=subprocess.DEVNULL, check=False)
             outs.append(proc.stdout + proc.stderr)
             assert proc.returncode == 0, (argv, outs[-1][-5000:])
+        # then, as the user goes on: the results of one box pulled and its instance terminated (teardown, approved by
+        # name), and a patrol over the rented inventory, which no longer lists that box
+        done = {}
+        for host in ("lab-21", "lab-22"):
+            status = wait_finished(fleet, host, "train")
+            assert status["exit_code"] == 0, (host, status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log",
+                                                                      check=False).stdout)
+            done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
+        assert all('"exit_code": 0' in text for text in done.values()), done
+        rented_file = tmp_path / "inventories" / "rented" / "sweep-a.yml"
+        boxes = yaml.safe_load(rented_file.read_text())["all"]["children"]["vastai"]["hosts"]
+        gone, kept = sorted(boxes)
+        before = len(fake.api_requests())
+        for argv in (["-i", "inventories/rented/sweep-a.yml", "remote_gpu.trainer.teardown", "-l", gone,
+                      "-e", "teardown_approve=%s" % gone],
+                     ["-i", "inventories/rented/sweep-a.yml", "remote_gpu.trainer.patrol"]):
+            proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook")] + argv + lab_needs, capture_output=True,
+                                  text=True, env=env, cwd=str(tmp_path), timeout=600, stdin=subprocess.DEVNULL,
+                                  check=False)
+            outs.append(proc.stdout + proc.stderr)
+            assert proc.returncode == 0, (argv, outs[-1][-5000:])
     finally:
         fake.stop()
     assert provisioner.errors == []
@@ -291,23 +316,24 @@ def test_the_readmes_rent_commands_run_as_written_against_the_fake(lab, tmp_path
     assert "excluded by max_price: 7100004" in outs[0] and "would rent 2 box(es)" in outs[0], outs[0][-3000:]
     creates = [r for r in fake.api_requests() if r["method"] == "PUT"]
     assert len(creates) == 3  # the throttled box, given back, and two kept
-    deletes = [r["path"] for r in fake.api_requests() if r["method"] == "DELETE"]
-    assert len(deletes) == 1 and deletes[0].rstrip("/").endswith("/9000020"), deletes
-    done = {}
-    for host in ("lab-21", "lab-22"):
-        status = wait_finished(fleet, host, "train")
-        assert status["exit_code"] == 0, (host, status, fleet.ssh(host, "tail -20 ~/.trainer/jobs/train/job.log",
-                                                                  check=False).stdout)
-        done[host] = fleet.ssh(host, "cat ~/.trainer/jobs/train/items/*/status.json", check=False).stdout
-    assert all('"exit_code": 0' in text for text in done.values()), done
+    deletes = [r["path"].rstrip("/") for r in fake.api_requests() if r["method"] == "DELETE"]
+    # the throttled box given back by the rent, then the one box teardown was approved for, once
+    assert [path.rsplit("/", 1)[1] for path in deletes] == ["9000020", str(boxes[gone]["vastai_instance_id"])], deletes
+    assert [r["method"] for r in fake.api_requests()[before:] if r["method"] != "GET"] == ["DELETE"]
+    assert (tmp_path / "pulls" / gone / "train" / "PULL_VERIFIED.json").exists()
+    # the rented inventory no longer lists the terminated box (its first line is rent's still), and patrol, run over
+    # it above, judged the one left
+    left = rented_file.read_text()
+    assert left.startswith("# The boxes kept by remote_gpu.trainer.rent for rent sweep-a (vastai)"), left[:200]
+    assert {group: sorted(value["hosts"]) for group, value in yaml.safe_load(left)["all"]["children"].items()} == {
+        "vastai": [kept], "rent_sweep_a": [kept]}
+    assert gone not in outs[-1].split("PLAY RECAP")[-1] and kept in outs[-1].split("PLAY RECAP")[-1], outs[-1][-3000:]
     assert all(KEY not in out for out in outs)
     # each kept box's host key was taken on its first contact into the rent's known_hosts, and the rented
     # inventory's hosts check it there (the launch above ran with nothing else)
     known = (tmp_path / "inventories" / "rented" / "sweep-a.known_hosts").read_text().splitlines()
-    rented = yaml.safe_load((tmp_path / "inventories" / "rented" / "sweep-a.yml").read_text())
-    hosts = rented["all"]["children"]["vastai"]["hosts"]
-    assert len(hosts) == 2, hosts
-    for host in hosts.values():
+    assert len(boxes) == 2, boxes
+    for host in boxes.values():
         name = host["ansible_host"] if int(host["ansible_port"]) == 22 else "[%s]:%s" % (
             host["ansible_host"], host["ansible_port"])
         assert any(line.split()[0] == name for line in known), (name, known)
