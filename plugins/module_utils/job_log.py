@@ -229,8 +229,8 @@ def scan_log(blocks, progress_regex, tail_lines=20):
     last_start, last_start_line, current_item, current_item_line, crash_markers, crash_marker_count,
     earlier_crashes, not_found, progress, tail, lines); ``line_no`` values are 1-based in the whole file;
     ``not_found`` lists bash's "command not found" lines since the latest start ({item, command, line_no, text}).
-    The texts of the log it returns are redacted by redact.py's patterns: each tail line (cut as short_line cuts it,
-    by shown_line), the progress text likewise, each crash marker's and not-found line's text (at most
+    The texts of the log it returns are redacted by redact.py's patterns: each tail line (cut and redacted by
+    shown_line), the progress text likewise, each crash marker's and not-found line's text (at most
     MAX_MARKER_TEXT characters, by clip) and the command named there.
     """
     tail = collections.deque(maxlen=max(tail_lines, 0))
@@ -369,15 +369,6 @@ def fd_blocks(fd, size, limit=MAX_SCAN_BYTES, block=1 << 22):
     return start, blocks()
 
 
-def short_line(line, limit=MAX_TAIL_CHARS):
-    """A line of at most about ``limit`` characters: a longer one keeps its start and its end (a progress bar
-    redrawn with carriage returns ends with its latest state)."""
-    if len(line) <= limit:
-        return line
-    head = limit // 4
-    return "%s [... %d characters cut ...] %s" % (line[:head], len(line) - limit, line[-(limit - head):])
-
-
 def clip(text, limit):
     """The first ``limit`` characters of ``text``, redacted by redact.py's patterns (with REDACT_MARGIN characters
     more while redacting: a secret across the cut is found by its name)."""
@@ -385,9 +376,10 @@ def clip(text, limit):
 
 
 def shown_line(line, limit=MAX_TAIL_CHARS):
-    """A line of the log as it leaves the box: redacted by redact.py's patterns, and cut as short_line cuts it. A
-    longer line is cut first, each kept end redacted with REDACT_MARGIN characters of the part cut away, so that
-    the cost stays that of a few KiB however long the line is."""
+    """A line of the log as it leaves the box: redacted by redact.py's patterns, and of at most about ``limit``
+    characters: a longer one keeps its first quarter and the rest from its end (a progress bar redrawn with carriage
+    returns ends with its latest state). It is cut first, each kept end redacted with REDACT_MARGIN characters of the
+    part cut away, so that the cost stays that of a few KiB however long the line is."""
     if len(line) <= limit:
         return redact.redact(line)
     head, end = limit // 4, limit - limit // 4

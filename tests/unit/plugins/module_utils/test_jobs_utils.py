@@ -286,10 +286,10 @@ def test_scan_log_file_stops_a_catastrophic_regex_at_its_deadline(tmp_path):
         job_log.call_with_deadline(lambda: 1 // 0, 5)
 
 
-def test_short_line_keeps_both_ends():
-    assert job_log.short_line("abc") == "abc"
+def test_shown_line_keeps_both_ends():
+    assert job_log.shown_line("abc") == "abc"
     line = "s" * 3000 + "m" * 5000 + "e" * 3000
-    cut = job_log.short_line(line)
+    cut = job_log.shown_line(line)
     assert cut.startswith("s" * 1024) and cut.endswith("e" * 3000) and "characters cut" in cut and len(cut) < 4200
 
 
