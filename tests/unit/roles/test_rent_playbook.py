@@ -55,7 +55,7 @@ ROWS = [row("sweep-a-9000002", "FAIL", "given back", "20001", "throttle_active: 
 
 
 def test_only_a_box_found_unfit_records_its_machine_as_bad_never_one_the_controller_could_not_log_in_to():
-    record = task("rent.yml", "Record the machines found bad")
+    record = task("tasks/rent_record.yml", "Record the machines found bad")
     earlier = [{"machine_id": "555", "provider": "vastai"}]
     written = json.loads(render(record["ansible.builtin.copy"]["content"], rent_bad_machines=earlier, rent_rows=ROWS))
     assert [r["machine_id"] for r in written] == ["555", "20001"]
