@@ -105,7 +105,7 @@ LAB2_TESTS=(tests/playbooks/test_pip_filtered_local.py tests/playbooks/test_noti
 # The third lab lane: the autopilot's lab tests, the ones that run the README's commands end to end, renting and
 # the download helper.
 LAB3_TESTS=(tests/lab/tests/test_autopilot_lab.py tests/lab/tests/test_autopilot_preempted_lab.py
-  tests/lab/tests/test_autopilot_replace_lab.py
+  tests/lab/tests/test_autopilot_replace_lab.py tests/lab/tests/test_autopilot_replace_rented_lab.py
   tests/lab/tests/test_installed_collection_lab.py tests/lab/tests/test_secret_canary_lab.py
   tests/lab/tests/test_ansible_runner_lab.py tests/lab/tests/test_demo_lab.py tests/lab/tests/test_rent_lab.py
   tests/lab/tests/test_hf_download_lab.py)

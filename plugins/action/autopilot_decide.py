@@ -70,23 +70,47 @@ def park_problem(decision, environ=None):
     return None
 
 
-def provider_facts(host_vars):
-    """The provider facts an inventory plugin set for the host (provider_state and the rest), or None for a host of a
-    static inventory (no provider_state)."""
-    state = host_var(host_vars, "provider_state")
+def provider_read(host, host_vars, args):
+    """The provider's facts of ``host`` read in this tick (``instance_info``'s ``facts``, registered as
+    ``provider_var`` by a task that loops over the hosts it asks about: the result whose ``item`` is the host), or
+    None when the tick did not ask about it or the provider did not answer."""
+    registered = host_var(host_vars, args.get("provider_var") or "autopilot_provider_now") if args else None
+    results = registered.get("results") if isinstance(registered, dict) else None
+    for read in results if isinstance(results, list) else ():
+        if isinstance(read, dict) and read.get("item") == host:
+            if read.get("failed") or not isinstance(read.get("facts"), dict):
+                return None
+            return read["facts"]
+    return None
+
+
+def provider_facts(host_vars, args=None, host=None):
+    """The provider facts of the host (provider_state and the rest): those read in this tick (``provider_read``)
+    before those an inventory plugin or rent set, or None for a host of a static inventory (no provider_state)."""
+    fresh = provider_read(host, host_vars, args) if host is not None else None
+
+    def fact(key):
+        return fresh.get(key) if fresh is not None else host_var(host_vars, key)
+
+    state = fact("provider_state")
     if not state:
         return None
-    name = host_var(host_vars, "provider")
-    record = host_var(host_vars, name) if isinstance(name, str) and name else None
-    return {"state": state, "provider": name, "id": host_var(host_vars, "provider_id"),
-            "status": host_var(host_vars, "provider_status"),
-            "message": host_var(host_vars, "provider_state_message"),
+    name = fact("provider")
+    record = fact(name) if isinstance(name, str) and name else None
+    return {"state": state, "provider": name, "id": fact("provider_id"),
+            "status": fact("provider_status"),
+            "message": fact("provider_state_message"),
             "durable_dir": host_var(host_vars, "trainer_durable_dir"),
             # the curated record the plugin keeps in hostvars (<provider>): what a re-rent command is built from
             "record": record if isinstance(record, dict) else None}
 
 
 MAX_RENT_RECORD = 16 << 20
+
+
+def records_dir(args):
+    """The directory of the rents' records (``rent-<name>.json``): the autopilot report's."""
+    return os.path.dirname(os.path.abspath(args["report_path"]))
 
 
 def rent_records(reports_dir):
@@ -105,11 +129,11 @@ def rent_records(reports_dir):
     return found
 
 
-def replace_inputs(host_vars, hostvars, args, history, hosts=()):
+def replace_inputs(host, host_vars, hostvars, args, history, hosts=()):
     """What autopilot_replace's decision needs (see autopilot_replace.decide_replace): the rent's record of the
     box (found by its provider id), the queue snapshot of its last probe, the replacement's items now, and whether
     its durable tier survives the instance."""
-    provider = provider_facts(host_vars) or {}
+    provider = provider_facts(host_vars, args, host) or {}
     snap = autopilot_replace.last_snapshot(history) or {}
     replacement, _retired = autopilot_replace.replacement_of(history)
     new_items = {}
@@ -122,7 +146,7 @@ def replace_inputs(host_vars, hostvars, args, history, hosts=()):
             new_items = (autopilot_replace.snapshot(new_probe) or {}).get("items") or {}
             if new_items:
                 break
-    record = autopilot_replace.find_record(rent_records(os.path.dirname(os.path.abspath(args["report_path"]))),
+    record = autopilot_replace.find_record(rent_records(records_dir(args)),
                                            provider.get("provider"), provider.get("id"))
     return {"record": record, "rented_id": provider.get("id") if record else None, "queue": snap.get("queue"),
             "old_items": snap.get("items"), "new_items": new_items,
@@ -152,8 +176,8 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=host_var(host_vars, "trainer_park"),
                                  clocks=host_var(host_vars, "trainer_danger_clocks"),
-                                 provider=provider_facts(host_vars),
-                                 replace=replace_inputs(host_vars, hostvars, args, history, hosts)
+                                 provider=provider_facts(host_vars, args, host),
+                                 replace=replace_inputs(host, host_vars, hostvars, args, history, hosts)
                                  if hostvars else None)
         if settings["replace"]:
             snap = autopilot_replace.snapshot(probe if autopilot.probe_outcome(probe) == (True, None) else None)
@@ -267,6 +291,8 @@ class ActionModule(DocumentedAction):
                 display.warning("autopilot history: %s" % warning)
             result.update(changed=False, decisions=decisions, events=[], notify_events=[], history_warnings=warnings,
                           config_errors=[],
+                          # where the rents' records are read (reports/rent-*.json): a replacement's rent writes its own
+                          records_dir=records_dir(args),
                           acting=sorted(host for host, found in decisions.items() if found["act"]),
                           notify_available=self.notify_available())
             return result

@@ -65,6 +65,14 @@ options:
     description: The variable that registered each host's M(remote_gpu.trainer.job_status) result.
     type: str
     default: autopilot_probe
+  provider_var:
+    description:
+      - The variable that registered each host's M(remote_gpu.trainer.instance_info) result, where the tick asked the
+        provider about a rented box that did not answer while its inventory said it runs (an inventory that
+        C(playbooks/rent.yml) wrote keeps the state of the rent). Its C(facts) take the place of the inventory's
+        C(provider_state) and the rest, so that a preemption is seen there as the provider inventory plugins see it.
+    type: str
+    default: autopilot_provider_now
   history_dir:
     description:
       - The directory of the per-host history files (shared with patrol and preflight).
@@ -140,6 +148,13 @@ acting:
   elements: str
   returned: always
   sample: [lab-01]
+records_dir:
+  description:
+    - With O(phase=decide), the directory where the rents' records (C(rent-<name>.json)) are read, the report's
+      (O(report_path)); a replacement's rent (C(autopilot_replace)) writes its own record there.
+  type: str
+  returned: when O(phase=decide)
+  sample: /home/me/proj/reports
 config_errors:
   description:
     - With O(phase=record), each host whose C(autopilot_*) settings were refused (state C(fail:config_error), where

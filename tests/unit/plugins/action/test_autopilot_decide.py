@@ -146,3 +146,31 @@ def test_two_jobs_on_one_box_heal_only_the_gone_one_and_record_each(tmp_path):
                           "exp2": {"state": "healed:001", "action": "heal", "wanted": "heal", "item": "001",
                                    "run": "exp2", "ok": True}}
     assert ap["heal_jobs"] == ["exp2"]
+
+
+def test_the_providers_word_read_in_the_tick_takes_the_place_of_the_state_rent_wrote(tmp_path):
+    """A box of the inventory rent wrote (provider_state: running, as rent saw it) that did not answer: the tick's
+    read of the provider (instance_info's facts) says it is preempted, and the decision says so; a failed read, or
+    none of this host, leaves the inventory's word."""
+    unreachable = {"unreachable": True, "msg": "ssh: connect to host 203.0.113.7 port 41007: Connection refused"}
+    rented = {"autopilot_probe": unreachable, "provider": "vastai", "provider_id": "9000002",
+              "provider_state": "running", "provider_status": "running", "vastai": {"id": 9000002, "is_bid": True},
+              "trainer_profile": "vastai", "trainer_meter_stop": {"verb": "destroy", "how": "destroy",
+                                                                  "reversible": False}}
+    fresh = {"changed": False, "found": True, "state": "preempted", "facts": {
+        "provider": "vastai", "provider_id": "9000002", "provider_state": "preempted", "provider_status": "stopped",
+        "provider_state_message": "vast.ai instance 9000002 is stopped by the market (a bid instance outbid)",
+        "vastai": {"id": 9000002, "is_bid": True}}}
+    # the tick's one task loops over the hosts it asks about; its registered result is every host's
+    registered = {"changed": False, "results": [
+        dict(fresh, item="read"),
+        {"item": "failed", "failed": False, "msg": "vastai: no API key. Set the environment variable VAST_API_KEY",
+         "error_kind": "no_key"},
+        {"item": "other", "facts": dict(fresh["facts"], provider_state="running")}]}
+    hostvars = dict((name, dict(rented, autopilot_provider_now=registered)) for name in ("read", "failed", "skipped"))
+    result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
+    decisions = result["decisions"]
+    assert decisions["read"]["state"] == "preempted", decisions["read"]
+    assert "preempted" not in decisions["failed"]["state"] and "preempted" not in decisions["skipped"]["state"]
+    assert decisions["failed"]["state"] == decisions["skipped"]["state"], decisions
+    assert result["records_dir"] == str(tmp_path)
