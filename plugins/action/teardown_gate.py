@@ -25,7 +25,8 @@ class ActionModule(DocumentedAction):
             host_dir = os.path.dirname(teardown.pull_dir(pull_root, host, "run"))
         except ValueError as exc:
             return dict(result, failed=True, msg=str(exc), refusals=[teardown.refusal("bad_host", str(exc))],
-                        open=False, stop_with=None, api_problem=None, api=None, runs=[], host_dir=None)
+                        open=False, stop_with=None, api_problem=None, api=None, runs=[], host_dir=None,
+                        left_behind=[])
         live = teardown.live_job_refusals(args["jobs"], args["jobs_error"], args["run_dir"])
         if args["runs"] is None:  # one run, named by run_id (a module user's gate)
             if not args["run_id"]:  # the manifest that would name it could not be written
@@ -35,7 +36,7 @@ class ActionModule(DocumentedAction):
                 msg = "teardown refused for %s: %s" % (host, "; ".join(
                     "%s: %s" % (r["code"], r["message"]) for r in refusals))
                 return dict(result, failed=not self._task.check_mode, open=False, refusals=refusals, pull_dir=None,
-                            host_dir=host_dir, runs=[], approved=host in approvals, stop_with=None,
+                            host_dir=host_dir, runs=[], left_behind=[], approved=host in approvals, stop_with=None,
                             api_problem=None, api=None, msg="check mode: " + msg if self._task.check_mode else msg)
             runs = [{"job": None, "run_id": args["run_id"], "sha256": args["manifest_sha256"]}]
             reasons, reason = {}, args["reason"]
@@ -45,10 +46,15 @@ class ActionModule(DocumentedAction):
         found, checked = teardown.runs_refusals(host, pull_root, runs, teardown.load_verified, reasons)
         if found and found[0]["code"] == "bad_run_id" and args["runs"] is None:
             return dict(result, failed=True, msg=found[0]["message"], refusals=found, open=False, stop_with=None,
-                        api_problem=None, api=None, runs=[], host_dir=host_dir)
+                        api_problem=None, api=None, runs=[], host_dir=host_dir, left_behind=[])
         refusals = live + found
-        if not runs and not live:
+        # no job at all on the box (the jobs were listed: no live one, none unknown), and no roster: open only when the
+        # person said the box holds no results of theirs (a rented box never launched on)
+        empty = not runs and not live and not args["reason"] and args["jobs"] == [] and args["no_results"]
+        if not runs and not live and not empty:
             refusals.append(teardown.nothing_to_pull(args["run_dir"], args["reason"]))
+        behind = teardown.left_behind(runs)
+        refusals += teardown.left_behind_refusals(behind, args["reversible"], args["leave_behind"])
         refusals += teardown.approval_refusals(host, approvals, approval_error)
         stop_with, api_problem = teardown.stop_path(args["command"], args["api"], os.environ)
         api = args["api"] or {}
@@ -64,7 +70,7 @@ class ActionModule(DocumentedAction):
                 "runpod_pod_id or vastai_instance_id)" % (", ".join(placeholders), host)))
         if reason and refusals:
             refusals[0]["message"] += " (%s)" % reason
-        result.update(changed=False, open=not refusals, refusals=refusals,
+        result.update(changed=False, open=not refusals, refusals=refusals, left_behind=behind,
                       pull_dir=checked[0]["pull_dir"] if len(checked) == 1 else None, host_dir=host_dir,
                       runs=checked, approved=host in approvals, stop_with=stop_with, api_problem=api_problem,
                       api=dict((key, str(api.get(key) or "").strip()) for key in ("provider", "id", "state"))
@@ -75,6 +81,9 @@ class ActionModule(DocumentedAction):
                 result["msg"] = "check mode: " + msg
             else:
                 result.update(failed=True, msg=msg)
+        elif empty:
+            result["msg"] = ("gate open for %s: no job under %s, nothing pulled (teardown_no_results: the box holds no "
+                             "results) and approved by name" % (host, args["run_dir"] or "the run directory"))
         else:
             result["msg"] = "gate open for %s: pull verified for %s and approved by name" % (host, ", ".join(
                 ("run %s" % run["run_id"]) + (" (job %s)" % run["job"] if run["job"] else "") for run in checked))

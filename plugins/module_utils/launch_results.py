@@ -23,7 +23,9 @@ ran it again) is the new host's result: it is left out, and counted as ``superse
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import stat
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import job_layout
 from ansible_collections.remote_gpu.trainer.plugins.module_utils import manifest as mf
@@ -33,6 +35,47 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.launch import m
 
 # the items of earlier shares looked at (an items directory is the box's: bounded)
 MAX_EARLIER_ITEMS = 10000
+# the entries looked at under one output directory for what teardown leaves behind, and the paths named
+MAX_LEFT_SCAN = 20000
+LEFT_NAMED = 5
+
+
+def left_behind(output_dir, keep, scratch, limit=MAX_LEFT_SCAN):
+    """What teardown leaves on the data disk under ``output_dir``: the regular files that match none of ``keep``
+    (the best patterns and the item's log: fnmatch on the relative path, ``*`` also matches ``/``, as the sync
+    matches them) and lie under no top-level entry that matches ``scratch`` (what the run wrapper prunes) ->
+    ``{"dir", "count", "bytes", "files": the first LEFT_NAMED relative paths, "cut": whether the walk stopped after
+    ``limit`` entries}``. A symlink is neither followed nor counted; an output directory that is not there is
+    empty."""
+    found = {"dir": output_dir, "count": 0, "bytes": 0, "files": [], "cut": False}
+    pending, seen = [("", output_dir)], 0
+    while pending:
+        rel_dir, path = pending.pop()
+        try:
+            with os.scandir(path) as entries:
+                listed = sorted(entries, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in listed:
+            seen += 1
+            if seen > limit:
+                found["cut"] = True
+                return found
+            rel = entry.name if not rel_dir else "%s/%s" % (rel_dir, entry.name)
+            if not rel_dir and any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in scratch):
+                continue
+            try:
+                mode = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode.st_mode):
+                pending.append((rel, entry.path))
+            elif stat.S_ISREG(mode.st_mode) and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in keep):
+                found["count"] += 1
+                found["bytes"] += mode.st_size
+                if len(found["files"]) < LEFT_NAMED:
+                    found["files"].append(rel)
+    return found
 
 
 def _synced(status):
@@ -49,35 +92,59 @@ def _strings(value):
     return [entry for entry in value if isinstance(entry, str)] if isinstance(value, list) else []
 
 
-def plan(queue, statuses, matching):
+def size_text(count):
+    """``count`` bytes for a person: 5120 -> '5.0 KiB'."""
+    value, unit = float(count or 0), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return "%d bytes" % value if unit == "bytes" else "%.1f %s" % (value, unit)
+
+
+def left_behind_line(item, behind):
+    """An item's :func:`left_behind` for a person: 'item 001: 2 file(s), 5.0 KiB under DIR (metrics.json, ...)'."""
+    files, count = behind.get("files") or [], behind.get("count") or 0
+    return "item %s: %s%d file(s), %s under %s (%s%s)" % (
+        item, "at least " if behind.get("cut") else "", count, size_text(behind.get("bytes")), behind.get("dir"),
+        ", ".join(files), ", ..." if count > len(files) or behind.get("cut") else "")
+
+
+def plan(queue, statuses, matching, leftover=None):
     """The files to pull for the share in ``queue`` (pure).
 
     ``statuses`` maps an item id to its status.json dict (absent: the item never finished); ``matching(dir,
     patterns)`` lists the files under an output directory that match the best patterns. Returns
     ``{"durable": [{path, bytes, sha256}], "unsynced": [path], "items": [{item, state, durable, unsynced}]}`` with paths
-    ``<item>/<file>`` relative to the durable root and to the output root.
+    ``<item>/<file>`` relative to the durable root and to the output root. With ``leftover(dir, keep, scratch)``
+    (:func:`left_behind`), an item whose output directory keeps files that are not pulled has ``left_behind``.
     """
     durable, unsynced, items = [], [], []
     best = _strings(queue.get("best"))
+    scratch = _strings(queue.get("scratch"))
     for entry in queue["items"]:
         item = entry["item"]
         status = statuses.get(item)
         state = job_layout.item_state(status) or "not_finished"
+        output_dir = entry.get("output_dir")
         if state == job_layout.STATE_DONE and status.get("sync_dest"):
             copies, left = _synced(status), []
         elif state == job_layout.STATE_SYNC_FAILED:
             copies, left = _synced(status), _strings(status.get("unsynced"))
         else:  # failed, never finished, or done with the sync off: only the data disk has its outputs, and the
             # item's log (the crash of a failed item is in it)
-            output_dir = entry.get("output_dir")
             copies, left = [], matching(output_dir, best + [ITEM_LOG]) if isinstance(output_dir, str) else []
         kept = [copy for copy in copies if copy["path"] not in left]
         earlier = bool(entry.get("earlier"))
         durable += [dict(copy, path="%s/%s" % (item, copy["path"]), **({"earlier": True} if earlier else {}))
                     for copy in kept]
         unsynced += ["%s/%s" % (item, rel) for rel in left]
-        items.append(dict({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)},
-                          **({"earlier": True, "superseded": 0} if earlier else {})))
+        row = dict({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)},
+                   **({"earlier": True, "superseded": 0} if earlier else {}))
+        behind = leftover(output_dir, best + [ITEM_LOG], scratch) if leftover and isinstance(output_dir, str) else None
+        if behind and (behind["count"] or behind["cut"]):
+            row["left_behind"] = behind
+        items.append(row)
     return {"durable": durable, "unsynced": unsynced, "items": items}
 
 
@@ -144,11 +211,11 @@ def _unsynced_entry(root, rel):
     return {"path": "unsynced/" + rel, "bytes": size, "sha256": digest}, sorted(set([rel, target]))
 
 
-def build(queue, statuses, matching=matching_files):
+def build(queue, statuses, matching=matching_files, leftover=left_behind):
     """(manifest, plan) of the share: the recorded durable copies and the unsynced outputs, as a manifest of the
     sources ``durable`` (``queue["durable_root"]``) and ``unsynced`` (``queue["output_root"]``, the data disk).
     ManifestError when there is nothing to pull or a file is not what the record says."""
-    wanted = plan(queue, statuses, matching)
+    wanted = plan(queue, statuses, matching, leftover)
     files, sources = [], []
     for label, root, entries in (("durable", queue.get("durable_root"), wanted["durable"]),
                                  ("unsynced", queue.get("output_root"), wanted["unsynced"])):

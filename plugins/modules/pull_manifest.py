@@ -175,10 +175,17 @@ item_states:
       C(not_finished)) and how many of its files come from the durable tier and from the data disk (C(unsynced)), then
       each item this host ran for an earlier share of the run, with C(earlier=true) and C(superseded) (its durable
       copies left out because they changed since its sync). Empty otherwise.
+    - An item whose output directory keeps files that the manifest does not list (neither a best pattern nor the
+      item's log, outside the scratch entries the run wrapper prunes) has C(left_behind) - C(dir), C(count), C(bytes),
+      C(files) (the first five paths, relative to C(dir)) and C(cut) (the walk stopped after 20000 entries; a symlink
+      is neither followed nor counted). They stay on the box; M(remote_gpu.trainer.teardown_gate) refuses an
+      irreversible meter stop over them unless told to leave them.
   type: list
   elements: dict
   returned: always
-  sample: [{"item": "000", "state": "done", "durable": 2, "unsynced": 0}]
+  sample: [{"item": "000", "state": "done", "durable": 2, "unsynced": 0, "left_behind": {
+      "dir": /root/autodl-tmp/outputs/train/000, "count": 2, "bytes": 5120, "files": [metrics.json, samples/0.png],
+      "cut": false}}]
 runs:
   description:
     - Every run the manifests describe, one per job with O(jobs) (in the order given), else the one run. Each has
@@ -340,6 +347,10 @@ def summary(result):
         msg += " from launch's record of items %s" % ", ".join(
             "%s (%s%s)" % (item["item"], item["state"], ", an earlier share" if item.get("earlier") else "")
             for item in result["item_states"])
+    behind = [launch_results.left_behind_line(item["item"], item["left_behind"]) for item in result["item_states"]
+              if item.get("left_behind")]
+    if behind:
+        msg += "; left on the box, not pulled: %s" % "; ".join(behind)
     return msg
 
 

@@ -25,12 +25,17 @@ description:
     bytes, sha256 and checkpoint loadability all matched), it recorded no problem, it lists at least one file (a
     verified pull of nothing never opens the gate), and its manifest is the manifest the box has now. A run
     whose manifest could not be written is C(manifest_unknown), two runs with one run id are C(run_id_shared) (their
-    pulls would share a directory), and no run at all is C(nothing_to_pull).
+    pulls would share a directory), and no run at all is C(nothing_to_pull) unless O(no_results).
   - A C(PULL_VERIFIED.json) that is not a regular file (a directory, a FIFO, a device) or not a JSON object counts as
     absent, and is read up to 256 MiB only.
   - A person approved this host by name. A blanket word such as V(all) or V(yes) is refused.
   - The meter-stop command, when it is the way the meter is stopped, holds no unresolved C($VAR) placeholder from the
     profile.
+  - Where the meter stop is irreversible (O(reversible=false) - a terminate or destroy deletes the data disk), no
+    item of O(runs) keeps files in its output directory that the pull does not hold (C(outputs_left_behind), from
+    the item's C(left_behind) of M(remote_gpu.trainer.pull_manifest), named by job, item, count, bytes and the first
+    paths), unless O(leave_behind). A reversible stop keeps the data disk, so they are only reported
+    (RV(left_behind)).
   - It decides how the meter is stopped (RV(stop_with)) - through the provider's API
     (M(remote_gpu.trainer.instance)) when O(api) names a provider, the instance's id is known and the key's
     environment variable is set on the controller; else with O(command) on the box; else by hand. A profile whose
@@ -111,6 +116,25 @@ options:
       key_env:
         description: The controller's environment variable that holds the API key (only its presence is checked).
         type: str
+  reversible:
+    description:
+      - Whether the meter stop keeps the data disk (the profile's C(trainer_meter_stop.reversible)). An irreversible
+        one is refused over files left behind (C(outputs_left_behind)) unless O(leave_behind).
+    type: bool
+    default: false
+  no_results:
+    description:
+      - Open the gate for a host with no job at all under its run directory (O(jobs) listed and empty, no run, no
+        roster) without a pull - the person's word that the box holds no results (a rented box never launched on).
+        Without it such a host is refused (C(nothing_to_pull)). A host with any job is judged as always.
+    type: bool
+    default: false
+  leave_behind:
+    description:
+      - Stop the meter even though items keep files that the pull does not hold (the user's C(teardown_leave_behind);
+        they are listed in RV(left_behind) and lost with an irreversible stop).
+    type: bool
+    default: false
   reason:
     description:
       - Why an earlier step failed, appended to the first refusal. With O(runs), only used when O(runs) is empty (the
@@ -182,6 +206,16 @@ host_dir:
   type: str
   returned: always
   sample: pulls/lab-01
+left_behind:
+  description:
+    - Each item of O(runs) whose output directory keeps files that the pull does not hold, with its C(job),
+      C(run_id), C(item) and the C(left_behind) of M(remote_gpu.trainer.pull_manifest) (C(dir), C(count),
+      C(bytes), C(files), C(cut)).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{"job": "exp2", "run_id": "exp2", "item": "001", "dir": "/root/autodl-tmp/outputs/exp2/001", "count": 2,
+            "bytes": 5120, "files": ["metrics.json", "samples/0.png"], "cut": false}]
 runs:
   description:
     - Each run checked, with its C(job) (null for a roster), C(run_id), C(manifest_sha256), C(pull_dir), and from its

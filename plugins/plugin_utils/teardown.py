@@ -20,6 +20,7 @@ import json
 import os
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.digest import open_regular
+from ansible_collections.remote_gpu.trainer.plugins.module_utils import launch_results
 
 VERIFIED_NAME = "PULL_VERIFIED.json"
 MANIFEST_NAME = "PULL_MANIFEST.json"
@@ -251,6 +252,37 @@ def runs_refusals(host, pull_root, runs, load, reasons=None):
     return refusals, checked
 
 
+def left_behind(runs):
+    """Each item of ``runs`` (pull_manifest's) whose output directory keeps files the pull does not hold:
+    ``[{job, run_id, item, dir, count, bytes, files, cut}]`` (pure)."""
+    found = []
+    for run in runs or ():
+        if not isinstance(run, dict):
+            continue
+        for row in run.get("item_states") or ():
+            behind = row.get("left_behind") if isinstance(row, dict) else None
+            if isinstance(behind, dict):
+                found.append(dict(dict((key, behind.get(key)) for key in ("dir", "count", "bytes", "files", "cut")),
+                                  job=run.get("job"), run_id=run.get("run_id"), item=row.get("item")))
+    return found
+
+
+def left_behind_text(rows):
+    """One phrase per item of :func:`left_behind`: 'job exp2 item 001: 2 file(s), 5.0 KiB under DIR (metrics.json,
+    samples/0.png)'."""
+    return "; ".join("job %s %s" % (row["job"] or row["run_id"], launch_results.left_behind_line(row["item"], row))
+                     for row in rows)
+
+
+def left_behind_refusals(rows, reversible, leave_behind):
+    """The refusal of an irreversible meter stop over files that the pull does not hold (pure)."""
+    if not rows or reversible or leave_behind:
+        return []
+    return [refusal("outputs_left_behind", "the meter stop is irreversible and deletes files that teardown does not "
+                    "pull: %s. Copy what you need off the box first, or stop the meter without them "
+                    "(-e teardown_leave_behind=true); launch_best_glob says what a run keeps" % left_behind_text(rows))]
+
+
 def nothing_to_pull(run_dir, reason=""):
     """The refusal of a host with no run to verify: no job under the run directory and no roster (or a manifest
     step that failed before it named any run, ``reason``)."""
@@ -258,5 +290,6 @@ def nothing_to_pull(run_dir, reason=""):
         return refusal("manifest_unknown", "no run to verify: the box's manifests could not be written (%s)" % reason)
     return refusal("nothing_to_pull", "no job%s recorded results to pull, and no roster was given: nothing proves "
                    "the results are safe. Give the run directory launch used (-e teardown_run_dir=DIR), or a roster "
-                   "(-e teardown_run_id=ID -e '{\"teardown_roster\": [...]}')" % (
+                   "(-e teardown_run_id=ID -e '{\"teardown_roster\": [...]}'); or, where the box holds no results of "
+                   "yours (a rented box never launched on), stop it without a pull: -e teardown_no_results=true" % (
                        " under %s" % run_dir if run_dir else ""))

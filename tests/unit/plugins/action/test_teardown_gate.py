@@ -217,6 +217,9 @@ def test_the_argument_spec_comes_from_the_documentation():
         "api": {"type": "dict", "options": dict(
             (key, {"type": "str"}) for key in ("provider", "id", "state", "key_env"))},
         "reason": {"type": "str", "default": ""},
+        "reversible": {"type": "bool", "default": False},
+        "leave_behind": {"type": "bool", "default": False},
+        "no_results": {"type": "bool", "default": False},
     }
     assert ActionModule._VALID_ARGS == frozenset(ActionModule.SPEC)  # pylint: disable=protected-access
 
@@ -328,3 +331,54 @@ def test_no_run_at_all_refuses(pulls, reason, code):
 def test_every_job_check_mode_reports_without_failing(pulls):
     result = every_job_gate(pulls, [], [job("exp2", alive=True)], check_mode=True)
     assert not result.get("failed") and result["msg"].startswith("check mode: teardown refused for box1: job_alive")
+
+
+LEFT = {"dir": "/root/autodl-tmp/outputs/exp2run/001", "count": 3, "bytes": 5120, "cut": False,
+        "files": ["metrics.json", "samples/0.png", "samples/1.png"]}
+
+
+def test_an_irreversible_stop_over_outputs_the_pull_does_not_hold_refuses_naming_them(pulls):
+    """exp2's item 001 keeps metrics.json and samples/ beside its best files: a terminate would delete them."""
+    write_verified(pulls, run_id="train", where=(HOST, "train"))
+    write_verified(pulls, run_id="exp2run", where=(HOST, "exp2run"))
+    runs = [dict(run("train"), item_states=[{"item": "000", "state": "done", "durable": 2, "unsynced": 0}]),
+            dict(run("exp2", "exp2run"), item_states=[
+                {"item": "001", "state": "done", "durable": 2, "unsynced": 0, "left_behind": LEFT}])]
+    jobs = [job("train"), job("exp2")]
+    refused = every_job_gate(pulls, runs, jobs, reversible=False)
+    assert refused["failed"] is True and codes(refused) == ["outputs_left_behind"]
+    assert ("outputs_left_behind: the meter stop is irreversible and deletes files that teardown does not pull: job "
+            "exp2 item 001: 3 file(s), 5.0 KiB under /root/autodl-tmp/outputs/exp2run/001 (metrics.json, "
+            "samples/0.png, samples/1.png)") in refused["msg"]
+    assert "-e teardown_leave_behind=true" in refused["msg"] and "job train" not in refused["msg"]
+    assert refused["left_behind"] == [dict(LEFT, job="exp2", run_id="exp2run", item="001")]
+    # told to leave them, or a stop that keeps the data disk: open, and they are still listed
+    for opened in (every_job_gate(pulls, runs, jobs, reversible=False, leave_behind=True),
+                   every_job_gate(pulls, runs, jobs, reversible=True)):
+        assert opened["open"] is True and opened["left_behind"] == refused["left_behind"], opened["msg"]
+    # nothing left behind: nothing to refuse
+    runs[1]["item_states"][0].pop("left_behind")
+    assert every_job_gate(pulls, runs, jobs, reversible=False)["open"] is True
+
+
+def test_a_walk_cut_short_says_at_least():
+    rows = teardown.left_behind([dict(run("exp2"), item_states=[{"item": "001", "left_behind": dict(
+        LEFT, count=20000, bytes=3 << 30, files=["a"], cut=True)}])])
+    assert teardown.left_behind_text(rows) == ("job exp2 item 001: at least 20000 file(s), 3.0 GiB under "
+                                               "/root/autodl-tmp/outputs/exp2run/001 (a, ...)")
+
+
+def test_a_box_with_no_job_opens_without_a_pull_only_on_the_persons_word(pulls):
+    """A rented box never launched on: nothing to pull. Refused (the message says how to go on) until
+    teardown_no_results; the word never opens a box whose jobs could not be listed, whose manifest step failed, or
+    that has a job whose pull is not verified."""
+    refused = every_job_gate(pulls, [], [])
+    assert codes(refused) == ["nothing_to_pull"] and "-e teardown_no_results=true" in refused["msg"]
+    opened = every_job_gate(pulls, [], [], no_results=True)
+    assert opened["open"] is True and not opened.get("failed") and opened["runs"] == []
+    assert opened["msg"] == ("gate open for box1: no job under /root/.trainer/jobs, nothing pulled (teardown_no_results: "
+                             "the box holds no results) and approved by name")
+    assert codes(every_job_gate(pulls, [], [], no_results=True, approve="box2")) == ["not_approved"]
+    assert codes(every_job_gate(pulls, [], [], no_results=True, jobs_error="python3 not found")) == ["jobs_unknown"]
+    assert codes(every_job_gate(pulls, [], [], no_results=True, reason="job train: unreadable")) == ["manifest_unknown"]
+    assert codes(every_job_gate(pulls, [run("train")], [job("train")], no_results=True)) == ["no_pull_verified"]

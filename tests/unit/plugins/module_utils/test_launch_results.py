@@ -289,3 +289,45 @@ def test_one_job_or_a_roster_also_returns_its_run(module_runner, tmp_path, box):
     failed, result = module_runner(pull_manifest, {"job": "nope", "run_dir": str(tmp_path / "jobs")})
     assert failed and [(run["job"], run["sha256"]) for run in result["runs"]] == [("nope", "")]
     assert result["runs"][0]["msg"] == result["msg"]
+
+
+def test_left_behind_lists_what_the_pull_does_not_hold_and_follows_no_link(tmp_path):
+    """An item's output directory as a training script leaves it: its best files and log (pulled), metrics and
+    samples (not pulled), a scratch checkpoint and a scratch directory (pruned by the run wrapper), a link to a file
+    outside and a link to a directory outside (never followed, never counted)."""
+    out = tmp_path / "outputs" / "exp" / "000"
+    (out / "samples").mkdir(parents=True)
+    (out / "ckpt-latest" / "deep").mkdir(parents=True)
+    for rel, data in (("best.pt", b"b" * 10), ("best/epoch.json", b"{}"), ("trainer-item.log", b"log"),
+                      ("metrics.json", b"m" * 100), ("samples/0.png", b"p" * 7), ("latest.pt", b"l"),
+                      ("ckpt-latest/deep/x.bin", b"x")):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    outside = tmp_path / "secret"
+    (outside / "many").mkdir(parents=True)
+    (outside / "key").write_text("k")
+    (out / "link-file").symlink_to(outside / "key")
+    (out / "samples" / "link-dir").symlink_to(outside / "many")
+    found = launch_results.left_behind(str(out), ["best*", "trainer-item.log"], ["latest*", "ckpt-latest"])
+    assert found == {"dir": str(out), "count": 2, "bytes": 107, "files": ["metrics.json", "samples/0.png"],
+                     "cut": False}
+    # a bounded walk: it stops after the limit and says so
+    cut = launch_results.left_behind(str(out), ["best*"], [], limit=3)
+    assert cut["cut"] is True and cut["count"] <= 3
+    assert launch_results.left_behind(str(tmp_path / "none"), ["best*"], [])["count"] == 0
+
+
+def test_the_plan_names_an_items_left_behind_files_only_where_there_are_some():
+    seen = []
+
+    def leftover(directory, keep, scratch):
+        seen.append((directory, keep, scratch))
+        count = 2 if directory.endswith("000") else 0
+        return {"dir": directory, "count": count, "bytes": 9 * count, "files": ["metrics.json"][:count], "cut": False}
+    record = dict(queue(["000", "001"]), scratch=["latest*"])
+    statuses = {item: {"exit_code": 0, "state": "done", "sync_dest": "/fs/runs/exp/%s" % item,
+                       "synced": [copy("best.pt", b"b")]} for item in ("000", "001")}
+    plan = launch_results.plan(record, statuses, lambda d, p: [], leftover)
+    assert [row.get("left_behind") for row in plan["items"]] == [
+        {"dir": "/data/outputs/exp/000", "count": 2, "bytes": 18, "files": ["metrics.json"], "cut": False}, None]
+    assert seen[0][1:] == (["best*", "trainer-item.log"], ["latest*"])
