@@ -65,6 +65,7 @@ description:
   - The API key is never shown, at any verbosity; messages are scrubbed of it.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.provider_api
 attributes:
   check_mode:
     support: full
@@ -123,18 +124,6 @@ options:
     type: list
     elements: str
     default: []
-  api_key:
-    description:
-      - The provider's API key.
-      - When unset, the module reads the provider's environment variable on the controller, E(RUNPOD_API_KEY),
-        E(VAST_API_KEY), E(LAMBDA_API_KEY) or E(AUTODL_TOKEN).
-    type: str
-  api_url:
-    description:
-      - Base URL of the provider's API, as for the inventory plugins (RunPod C(https://rest.runpod.io/v1), vast.ai
-        C(https://console.vast.ai), Lambda C(https://cloud.lambda.ai), AutoDL C(https://api.autodl.com)). Change it for
-        a proxy or the test fake.
-    type: str
   wait:
     description: Wait until the provider reports O(state). Also waits for an instance in a transition to settle first.
     type: bool
@@ -147,10 +136,6 @@ options:
     description: Seconds between two reads of the instance's state while waiting.
     type: float
     default: 5
-  retry_budget:
-    description: Seconds spent retrying one request answered with 429, a 5xx or a network error (with backoff).
-    type: float
-    default: 60
   identity:
     description:
       - The registered result of M(remote_gpu.trainer.box_identity) on the host. Its C(id), when the box has one, must

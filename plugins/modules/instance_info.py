@@ -34,6 +34,7 @@ description:
   - The API key is never shown, at any verbosity; messages are scrubbed of it.
 extends_documentation_fragment:
   - remote_gpu.trainer.attributes.posix
+  - remote_gpu.trainer.provider_api
   - remote_gpu.trainer.attributes.read_only
 options:
   provider:
@@ -47,26 +48,10 @@ options:
         C(instance_uuid)). The inventory plugins set it as C(provider_id).
     type: str
     required: true
-  api_key:
-    description:
-      - The provider's API key.
-      - When unset, the module reads the provider's environment variable on the controller, E(RUNPOD_API_KEY),
-        E(VAST_API_KEY), E(LAMBDA_API_KEY) or E(AUTODL_TOKEN).
-    type: str
-  api_url:
-    description:
-      - Base URL of the provider's API, as for the inventory plugins (RunPod C(https://rest.runpod.io/v1), vast.ai
-        C(https://console.vast.ai), Lambda C(https://cloud.lambda.ai), AutoDL C(https://api.autodl.com)). Change it for
-        a proxy or the test fake. The inventory plugins set it as C(provider_api_url).
-    type: str
   timeout:
     description: Seconds to wait for the answer of one request.
     type: int
     default: 30
-  retry_budget:
-    description: Seconds spent retrying one request answered with 429, a 5xx or a network error (with backoff).
-    type: float
-    default: 60
 seealso:
   - module: remote_gpu.trainer.instance
 """
