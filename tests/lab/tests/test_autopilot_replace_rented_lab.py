@@ -29,6 +29,8 @@ import yaml
 from labhelpers import LAB, REPO, fake_api, needs_root, started_fleet
 from lab_teardown_support import checkpoint
 from test_autopilot_lab import wait_for
+# the queue, and the filesystem that outlives the instance (a directory of the checkout that every lab box binds)
+from test_autopilot_replace_lab import DURABLE, QUEUE, SHARED
 from test_launch_lab import runs, wait_finished
 
 pytestmark = needs_root
@@ -50,13 +52,6 @@ if [ "$1" = p1 ]; then
 fi
 cp "ckpt-$1.safetensors" "$TRAINER_OUTPUT_DIR/best.safetensors"
 """
-QUEUE = ["p0", "p1"]
-# a filesystem that outlives the instance, mounted on every box at the same path (the lab: a directory of the
-# checkout, which every lab box binds)
-SHARED = os.path.join(REPO, ".cache", "lab-durable-rented-%d" % os.getpid())
-DURABLE = {"trainer_durable_dir": SHARED, "trainer_storage_tiers": [
-    {"name": "data", "path": "/workspace", "survives": ["stop"], "lost_on": ["destroy"], "shared": "none"},
-    {"name": "durable", "path": SHARED, "survives": ["stop", "destroy"], "lost_on": [], "shared": "team"}]}
 
 
 @pytest.fixture(scope="module")
