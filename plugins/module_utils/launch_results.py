@@ -45,9 +45,9 @@ def left_behind(output_dir, keep, scratch, limit=MAX_LEFT_SCAN):
     (the best patterns and the item's log: fnmatch on the relative path, ``*`` also matches ``/``, as the sync
     matches them) and lie under no top-level entry that matches ``scratch`` (what the run wrapper prunes) ->
     ``{"dir", "count", "bytes", "files": the first LEFT_NAMED relative paths, "cut": whether the walk stopped after
-    ``limit`` entries}``. A symlink is neither followed nor counted; an output directory that is not there is
-    empty."""
-    found = {"dir": output_dir, "count": 0, "bytes": 0, "files": [], "cut": False}
+    ``limit`` entries, "paths": every one found}``. A symlink is neither followed nor counted; an output directory
+    that is not there is empty."""
+    found = {"dir": output_dir, "count": 0, "bytes": 0, "files": [], "cut": False, "paths": []}
     pending, seen = [("", output_dir)], 0
     while pending:
         rel_dir, path = pending.pop()
@@ -73,6 +73,7 @@ def left_behind(output_dir, keep, scratch, limit=MAX_LEFT_SCAN):
             elif stat.S_ISREG(mode.st_mode) and not any(fnmatch.fnmatchcase(rel, pattern) for pattern in keep):
                 found["count"] += 1
                 found["bytes"] += mode.st_size
+                found["paths"].append(rel)
                 if len(found["files"]) < LEFT_NAMED:
                     found["files"].append(rel)
     return found
@@ -110,14 +111,16 @@ def left_behind_line(item, behind):
         ", ".join(files), ", ..." if count > len(files) or behind.get("cut") else "")
 
 
-def plan(queue, statuses, matching, leftover=None):
+def plan(queue, statuses, matching, leftover=None, pull_left=False):
     """The files to pull for the share in ``queue`` (pure).
 
     ``statuses`` maps an item id to its status.json dict (absent: the item never finished); ``matching(dir,
     patterns)`` lists the files under an output directory that match the best patterns. Returns
     ``{"durable": [{path, bytes, sha256}], "unsynced": [path], "items": [{item, state, durable, unsynced}]}`` with paths
     ``<item>/<file>`` relative to the durable root and to the output root. With ``leftover(dir, keep, scratch)``
-    (:func:`left_behind`), an item whose output directory keeps files that are not pulled has ``left_behind``.
+    (:func:`left_behind`), an item whose output directory keeps files that are not pulled has ``left_behind`` (its
+    ``paths`` left out); with ``pull_left`` too they are pulled from the data disk instead (``unsynced``), unless the
+    walk was cut short (then they stay ``left_behind``: the pull would not hold them all).
     """
     durable, unsynced, items = [], [], []
     best = _strings(queue.get("best"))
@@ -134,6 +137,10 @@ def plan(queue, statuses, matching, leftover=None):
         else:  # failed, never finished, or done with the sync off: only the data disk has its outputs, and the
             # item's log (the crash of a failed item is in it)
             copies, left = [], matching(output_dir, best + [ITEM_LOG]) if isinstance(output_dir, str) else []
+        behind = leftover(output_dir, best + [ITEM_LOG], scratch) if leftover and isinstance(output_dir, str) else None
+        paths = behind.pop("paths", []) if behind else []
+        if pull_left and paths and not behind["cut"] and _under(output_dir, queue.get("output_root"), item):
+            left, behind = sorted(set(left) | set(paths)), None
         kept = [copy for copy in copies if copy["path"] not in left]
         earlier = bool(entry.get("earlier"))
         durable += [dict(copy, path="%s/%s" % (item, copy["path"]), **({"earlier": True} if earlier else {}))
@@ -141,11 +148,17 @@ def plan(queue, statuses, matching, leftover=None):
         unsynced += ["%s/%s" % (item, rel) for rel in left]
         row = dict({"item": item, "state": state, "durable": len(kept), "unsynced": len(left)},
                    **({"earlier": True, "superseded": 0} if earlier else {}))
-        behind = leftover(output_dir, best + [ITEM_LOG], scratch) if leftover and isinstance(output_dir, str) else None
         if behind and (behind["count"] or behind["cut"]):
             row["left_behind"] = behind
         items.append(row)
     return {"durable": durable, "unsynced": unsynced, "items": items}
+
+
+def _under(output_dir, output_root, item):
+    """Whether ``output_dir`` is ``<output_root>/<item>``, where the manifest's unsynced paths (``<item>/<file>``)
+    find the item's files."""
+    return isinstance(output_root, str) and os.path.normpath(output_dir) == os.path.normpath(
+        os.path.join(output_root, item))
 
 
 def read_statuses(paths, queue):
@@ -211,11 +224,12 @@ def _unsynced_entry(root, rel):
     return {"path": "unsynced/" + rel, "bytes": size, "sha256": digest}, sorted(set([rel, target]))
 
 
-def build(queue, statuses, matching=matching_files, leftover=left_behind):
+def build(queue, statuses, matching=matching_files, leftover=left_behind, pull_left=False):
     """(manifest, plan) of the share: the recorded durable copies and the unsynced outputs, as a manifest of the
-    sources ``durable`` (``queue["durable_root"]``) and ``unsynced`` (``queue["output_root"]``, the data disk).
-    ManifestError when there is nothing to pull or a file is not what the record says."""
-    wanted = plan(queue, statuses, matching, leftover)
+    sources ``durable`` (``queue["durable_root"]``) and ``unsynced`` (``queue["output_root"]``, the data disk); with
+    ``pull_left``, what the items left beyond their best files too (:func:`plan`). ManifestError when there is
+    nothing to pull or a file is not what the record says."""
+    wanted = plan(queue, statuses, matching, leftover, pull_left)
     files, sources = [], []
     for label, root, entries in (("durable", queue.get("durable_root"), wanted["durable"]),
                                  ("unsynced", queue.get("output_root"), wanted["unsynced"])):

@@ -101,6 +101,14 @@ options:
       - With O(job) it defaults to the run id that launch recorded, and a different one is refused (with O(jobs),
         for each job).
     type: str
+  pull_left_behind:
+    description:
+      - With O(job) or O(jobs), list in the manifest (source C(unsynced), from the data disk) what each item left in
+        its output directory beyond its best files and its log, so that it is pulled and verified with the rest
+        instead of being reported in C(left_behind) (see RV(item_states)). An item whose walk was cut short keeps its
+        C(left_behind). Every such file is hashed on the box.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -297,7 +305,7 @@ def job_manifest(module, params, name=None, run_dir=None):
         # with what this host ran for an earlier share of the run (a relaunch over another host set)
         queue, earlier = launch_results.earlier_share(paths, queue)
         statuses.update(earlier)
-        manifest, wanted = launch_results.build(queue, statuses)
+        manifest, wanted = launch_results.build(queue, statuses, pull_left=params["pull_left_behind"])
     except OSError as exc:
         raise ManifestError("cannot read a result of job %s: %s" % (name, exc)) from exc
     manifest["run_id"] = recorded
@@ -403,6 +411,7 @@ MODULE_OPTIONS = dict(
         run_dir=dict(type="path", default=job_layout.DEFAULT_RUN_DIR),
         manifest_path=dict(type="path"),
         run_id=dict(type="str"),
+        pull_left_behind=dict(type="bool", default=False),
     ),
     mutually_exclusive=[("roster", "roster_file", "job", "jobs")],
     required_one_of=[("roster", "roster_file", "job", "jobs")],

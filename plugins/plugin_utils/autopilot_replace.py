@@ -151,9 +151,11 @@ def may_destroy(queue, old_items, new_items, survives, pulled=()):
     destroy, or the replacement finished it with a verified durable copy."""
     pulled = set(str(item) for item in pulled or ())
     old_items, new_items = old_items or {}, new_items or {}
-    missing = []
+    missing, durable_only = [], []
     for item in [str(i) for i in queue or ()]:
         old, new = old_items.get(item) or {}, new_items.get(item) or {}
+        if item not in pulled and not _durable(new, True) and _durable(old, survives):
+            durable_only.append("%s (%s)" % (item, old.get("sync_dest")))
         if item in pulled or _durable(old, survives) or _durable(new, True):
             continue
         if old.get("state") == "done":
@@ -166,7 +168,12 @@ def may_destroy(queue, old_items, new_items, survives, pulled=()):
         return False, "the old box's queue is unknown: it is never destroyed blind"
     if missing:
         return False, "; ".join(missing)
-    return True, "every item of the queue is pulled, durable beyond the instance, or finished on the replacement"
+    why = "every item of the queue is pulled, durable beyond the instance, or finished on the replacement"
+    if durable_only:  # what the replacement did not run again: its results are on the durable tier alone
+        why += "; on the durable tier only (pull them from there): %s%s" % (
+            ", ".join(durable_only[:5]), " and %d more" % (len(durable_only) - 5) if len(durable_only) > 5 else "")
+    # the snapshot knows each item's synced files, nothing else on the box's disks
+    return True, why + "; anything else on the old box's disks (an item's metrics, samples) is deleted with it"
 
 
 def decide_replace(cause, settings, record, history, queue=None, old_items=None, new_items=None,

@@ -75,7 +75,10 @@ def approval_refusals(host, approvals, approval_error=None):
         return [refusal("approval_refused", approval_error)]
     if host not in approvals:
         return [refusal("not_approved",
-                        "%s was not approved by name (approved: %s)" % (host, ", ".join(sorted(approvals)) or "none"))]
+                        "%s was not approved by name (approved: %s)%s" % (
+                            host, ", ".join(sorted(approvals)) or "none",
+                            "; to tear down only those, keep the run to them with -l %s" % ",".join(sorted(approvals))
+                            if approvals else ""))]
     return []
 
 
@@ -279,8 +282,9 @@ def left_behind_refusals(rows, reversible, leave_behind):
     if not rows or reversible or leave_behind:
         return []
     return [refusal("outputs_left_behind", "the meter stop is irreversible and deletes files that teardown does not "
-                    "pull: %s. Copy what you need off the box first, or stop the meter without them "
-                    "(-e teardown_leave_behind=true); launch_best_glob says what a run keeps" % left_behind_text(rows))]
+                    "pull: %s. Pull them too, verified with the rest (-e teardown_pull_left_behind=true), or stop the "
+                    "meter without them (-e teardown_leave_behind=true); launch_best_glob says what a run keeps"
+                    % left_behind_text(rows))]
 
 
 def nothing_to_pull(run_dir, reason=""):

@@ -6,7 +6,8 @@ scratch latest.pt, which the run wrapper prunes), which launch_best_glob (best*)
 - teardown with approval lists what each box keeps that is not pulled, before the question; it powers off the AutoDL
   box (reversible: the files stay on its disk) and refuses the RunPod terminate (outputs_left_behind), naming exp2's
   item, its files and how to go on; the RunPod pod gets no DELETE;
-- with -e teardown_leave_behind=true the pod is terminated, once; each receipt lists what was left behind.
+- with -e teardown_pull_left_behind=true they are pulled and verified with the rest, and the pod is terminated,
+  once; the AutoDL receipt lists what it left on its disk, the RunPod one nothing.
 
 And a third box (RunPod) that was never launched on: nothing to pull, refused (nothing_to_pull, saying how to go on)
 until -e teardown_no_results=true, then terminated once, on its own pod.
@@ -75,7 +76,7 @@ def test_an_irreversible_stop_is_refused_over_outputs_teardown_does_not_pull_unt
                          "teardown_approve=%s" % ",".join(HOSTS), *teardown, env=dict(RUNPOD_API_KEY=KEY))
         refused_pod = stops(fake)
         second = playbook(fleet, laptop, "teardown.yml", "-l", "lab-02", "-e", "teardown_approve=lab-02",
-                          "-e", "teardown_leave_behind=true", *teardown, env=dict(RUNPOD_API_KEY=KEY))
+                          "-e", "teardown_pull_left_behind=true", *teardown, env=dict(RUNPOD_API_KEY=KEY))
     finally:
         fake.stop()
 
@@ -97,21 +98,28 @@ def test_an_irreversible_stop_is_refused_over_outputs_teardown_does_not_pull_unt
     assert message.startswith("teardown refused for lab-02: outputs_left_behind: the meter stop is irreversible and "
                               "deletes files that teardown does not pull: job exp2 item 001: 2 file(s)"), message
     assert "(metrics.json, samples/0.png)" in message and "-e teardown_leave_behind=true" in message, message
+    assert "-e teardown_pull_left_behind=true" in message, message
     assert refused_pod == []
     assert [line["argv"] for line in fleet.meter("lab-01")] == [["shutdown", "-h", "now"]]
-    # told to leave them: the pod is terminated, once
+    # told to pull them too: pulled, verified, and the pod is terminated, once
     assert second.returncode == 0, shown(second)
     assert stops(fake) == [("DELETE", "/v1/pods/%s" % pod_id)]
     assert [line["argv"] for line in fleet.meter("lab-02")] == [["provider-api", "runpod", "terminate", pod_id]]
     assert KEY not in first.stdout + first.stderr + second.stdout + second.stderr
     for host in HOSTS:
         receipt = json.loads((laptop / "pulls" / host / "TEARDOWN_RECEIPT.json").read_text())
-        assert [(row["job"], row["item"], row["count"], row["files"]) for row in receipt["left_behind"]] == [
-            ("exp2", ITEM[host], 2, ["metrics.json", "samples/0.png"])], receipt
+        assert [(row["job"], row["item"], row["count"], row["files"]) for row in receipt["left_behind"]] == ([
+            ("exp2", ITEM[host], 2, ["metrics.json", "samples/0.png"])] if host == "lab-01" else []), receipt
         assert sorted(receipt["jobs"]) == ["exp2", "train"]
-        pulled = laptop / "pulls" / host / "exp2" / "data" / "durable" / ITEM[host]
-        assert (pulled / "best.safetensors").read_bytes() == checkpoint(QUEUES["exp2"][int(ITEM[host])])
-        assert not (pulled / "metrics.json").exists()
+        run = laptop / "pulls" / host / "exp2"
+        best = run / "data" / "durable" / ITEM[host] / "best.safetensors"
+        assert best.read_bytes() == checkpoint(QUEUES["exp2"][int(ITEM[host])])
+        metrics = run / "data" / "unsynced" / ITEM[host] / "metrics.json"
+        assert metrics.exists() is (host == "lab-02"), sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+        if host == "lab-02":
+            assert metrics.read_text() == '{"loss": 0.1}\n'
+            verified = json.loads((run / "PULL_VERIFIED.json").read_text())
+            assert {"unsynced/001/metrics.json", "unsynced/001/samples/0.png"} <= {f["path"] for f in verified["files"]}
 
 
 def test_a_box_never_launched_on_is_stopped_without_a_pull_only_on_the_persons_word(fleet, tmp_path):

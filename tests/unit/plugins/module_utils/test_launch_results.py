@@ -310,7 +310,7 @@ def test_left_behind_lists_what_the_pull_does_not_hold_and_follows_no_link(tmp_p
     (out / "samples" / "link-dir").symlink_to(outside / "many")
     found = launch_results.left_behind(str(out), ["best*", "trainer-item.log"], ["latest*", "ckpt-latest"])
     assert found == {"dir": str(out), "count": 2, "bytes": 107, "files": ["metrics.json", "samples/0.png"],
-                     "cut": False}
+                     "cut": False, "paths": ["metrics.json", "samples/0.png"]}
     # a bounded walk: it stops after the limit and says so
     cut = launch_results.left_behind(str(out), ["best*"], [], limit=3)
     assert cut["cut"] is True and cut["count"] <= 3
@@ -323,7 +323,8 @@ def test_the_plan_names_an_items_left_behind_files_only_where_there_are_some():
     def leftover(directory, keep, scratch):
         seen.append((directory, keep, scratch))
         count = 2 if directory.endswith("000") else 0
-        return {"dir": directory, "count": count, "bytes": 9 * count, "files": ["metrics.json"][:count], "cut": False}
+        return {"dir": directory, "count": count, "bytes": 9 * count, "files": ["metrics.json"][:count], "cut": False,
+                "paths": ["metrics.json", "samples/0.png"][:count]}
     record = dict(queue(["000", "001"]), scratch=["latest*"])
     statuses = {item: {"exit_code": 0, "state": "done", "sync_dest": "/fs/runs/exp/%s" % item,
                        "synced": [copy("best.pt", b"b")]} for item in ("000", "001")}
@@ -331,3 +332,36 @@ def test_the_plan_names_an_items_left_behind_files_only_where_there_are_some():
     assert [row.get("left_behind") for row in plan["items"]] == [
         {"dir": "/data/outputs/exp/000", "count": 2, "bytes": 18, "files": ["metrics.json"], "cut": False}, None]
     assert seen[0][1:] == (["best*", "trainer-item.log"], ["latest*"])
+
+
+def test_asked_to_the_plan_pulls_what_an_item_left_from_the_data_disk_unless_the_walk_was_cut():
+    def leftover(directory, keep, scratch):
+        cut = directory.endswith("001")
+        return {"dir": directory, "count": 2, "bytes": 18, "files": ["metrics.json", "samples/0.png"], "cut": cut,
+                "paths": ["metrics.json", "samples/0.png"]}
+    statuses = {item: {"exit_code": 0, "state": "done", "sync_dest": "/fs/runs/exp/%s" % item,
+                       "synced": [copy("best.pt", b"b")]} for item in ("000", "001")}
+    plan = launch_results.plan(queue(["000", "001"]), statuses, lambda d, p: [], leftover, pull_left=True)
+    assert plan["unsynced"] == ["000/metrics.json", "000/samples/0.png"]
+    assert plan["durable"] == [copy("000/best.pt", b"b"), copy("001/best.pt", b"b")]
+    assert [(row["item"], row["unsynced"], "left_behind" in row) for row in plan["items"]] == [
+        ("000", 2, False), ("001", 0, True)]
+    assert "paths" not in plan["items"][1]["left_behind"]
+
+
+def test_the_manifest_holds_what_an_item_left_when_asked_and_the_pull_finds_it_by_its_sha256(tmp_path):
+    """pull_manifest's job mode, on a job directory as launch and the run wrapper leave it, with pull_left_behind."""
+    out = tmp_path / "outputs" / "exp"
+    (out / "000" / "samples").mkdir(parents=True)
+    (out / "000" / "best.pt").write_bytes(b"b0")
+    (out / "000" / "metrics.json").write_bytes(b'{"loss": 0.1}')
+    (out / "000" / "samples" / "0.png").write_bytes(b"png")
+    record = dict(queue(["000"], output_root=str(out), durable_root=None), scratch=["latest*"])
+    statuses = {"000": {"exit_code": 0, "state": "done"}}
+    left_alone = launch_results.build(record, statuses)[0]
+    assert [f["path"] for f in left_alone["files"]] == ["unsynced/000/best.pt"]
+    manifest, wanted = launch_results.build(record, statuses, pull_left=True)
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
+        "unsynced/000/best.pt": sha(b"b0"), "unsynced/000/metrics.json": sha(b'{"loss": 0.1}'),
+        "unsynced/000/samples/0.png": sha(b"png")}
+    assert "left_behind" not in wanted["items"][0]

@@ -55,7 +55,12 @@ def test_when_the_old_box_may_be_destroyed():
     # not while the replacement has not finished every unfinished item
     ok, why = rp.may_destroy(queue, old, new_partway, survives)
     assert not ok and why == "item 002: not finished on the replacement yet"
-    assert rp.may_destroy(queue, old, new_done, survives)[0]
+    ok, why = rp.may_destroy(queue, old, new_done, survives)
+    # item 000, done on the old box and not run again, is on the durable tier alone: the reason says where
+    assert ok and why == (
+        "every item of the queue is pulled, durable beyond the instance, or finished on the replacement; on the "
+        "durable tier only (pull them from there): 000 (%s); anything else on the old box's disks (an item's "
+        "metrics, samples) is deleted with it" % old["000"]["sync_dest"]), why
     # vast.ai: item 000 finished on the old box's /workspace, which dies with it: kept until pulled
     ok, why = rp.may_destroy(queue, old, new_done, False)
     assert not ok and "item 000: done on the old box, but its tier is lost on destroy" in why

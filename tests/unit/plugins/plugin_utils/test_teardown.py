@@ -171,3 +171,12 @@ def test_nothing_to_pull_names_the_run_dir_or_the_reason():
     assert "under /r" in teardown.nothing_to_pull("/r")["message"]
     assert teardown.nothing_to_pull("/r", "boom") == {
         "code": "manifest_unknown", "message": "no run to verify: the box's manifests could not be written (boom)"}
+
+
+def test_a_host_not_approved_is_told_how_to_keep_the_run_to_the_approved_ones():
+    """teardown without -l pulls every host and refuses the ones not approved: the refusal says how to keep to them."""
+    (found,) = teardown.approval_refusals("box2", {"box1", "box3"})
+    assert found == {"code": "not_approved", "message": "box2 was not approved by name (approved: box1, box3); to tear "
+                                                        "down only those, keep the run to them with -l box1,box3"}
+    (none,) = teardown.approval_refusals("box2", set())
+    assert none["message"] == "box2 was not approved by name (approved: none)"
