@@ -54,7 +54,8 @@ def resolve_api_key(option_value, env_var, environ, provider):
     key = (key or "").strip()
     if not key:
         raise ProviderAPIError(
-            "%s: no API key. Set the environment variable %s, or the plugin option api_key." % (provider, env_var),
+            "%s: no API key. Set the environment variable %s on the controller, or the option api_key."
+            % (provider, env_var),
             kind="no_key")
     return key
 

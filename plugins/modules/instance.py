@@ -362,8 +362,8 @@ error_kind:
     - A stable code when the module failed, among them C(identity_mismatch), C(address_mismatch), C(instance_not_found),
       C(instance_gone), C(identity_unreadable), C(nothing_to_verify), C(instance_unhealthy), C(instance_preempted),
       C(instance_unknown), C(action_not_available), C(not_reached) (the wait ended without the wanted state), C(bad_spec),
-      C(no_offer) (no offer fits the spec), C(not_rented), and the API's own (C(auth),
-      C(http), C(absent), C(unsupported), ...).
+      C(no_offer) (no offer fits the spec), C(not_rented), C(no_key) (no API key; the message names the variable),
+      and the API's own (C(auth), C(http), C(absent), C(unsupported), ...).
   type: str
   returned: on failure
   sample: identity_mismatch
@@ -376,7 +376,7 @@ import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, scrub
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, resolve_api_key, scrub
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_identity import (
     check_address, check_found, check_id, expectation, record_address)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
@@ -389,14 +389,9 @@ from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_rent i
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.redact import url_secrets
 
 
-def api_key_of(module, provider, result):
-    key = module.params["api_key"] if module.params["api_key"] not in (None, "") else os.environ.get(
-        PROVIDERS[provider]["env_var"], "")
-    key = (key or "").strip()
-    if not key:
-        module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
-                             "api_key." % (provider, PROVIDERS[provider]["env_var"]), **result)
-    return key
+def api_key_of(module, provider):
+    """The key from the option, else the provider's environment variable (ProviderAPIError no_key naming it)."""
+    return resolve_api_key(module.params["api_key"], PROVIDERS[provider]["env_var"], os.environ, provider)
 
 
 def _list_labelled(provider, client, name):
@@ -483,7 +478,7 @@ def present(module, result):
         module.fail_json(msg="%s: count must be 0 or more, not %d." % (provider, count), error_kind="bad_spec",
                          **result)
     exclude = [str(m) for m in params["exclude_machines"] or []]
-    key = api_key_of(module, provider, result)
+    key = api_key_of(module, provider)
     client = make_client(provider, key, params["api_url"], retry_budget=params["retry_budget"])
     once = make_client(provider, key, params["api_url"], retry_budget=0)  # a create is never sent twice
     v2 = make_v2_client(key, params["api_url"], retry_budget=params["retry_budget"]) if provider == "runpod" else None
@@ -579,17 +574,12 @@ def present(module, result):
 def run(module, result):
     params = module.params
     provider, pid, state = params["provider"], str(params["id"] or "").strip(), params["state"]
-    env_var = PROVIDERS[provider]["env_var"]
     if state == "present":
         return present(module, result)
     if not pid:
         module.fail_json(msg="%s: id is empty; give the provider's id of the instance (provider_id)." % provider,
                          **result)
-    key = params["api_key"] if params["api_key"] not in (None, "") else os.environ.get(env_var, "")
-    key = (key or "").strip()
-    if not key:
-        module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
-                             "api_key." % (provider, env_var), **result)
+    key = api_key_of(module, provider)
     host = params["host"]
     expected = expectation(params["identity"], params["expect_id"], params["expect_address"], params["expect_port"])
     if expected["by"] == "id":

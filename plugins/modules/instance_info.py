@@ -158,7 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_hosts import (
     autodl_host, cache_record, lambda_host, runpod_host, vastai_host)
-from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, scrub
+from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_http import ProviderAPIError, resolve_api_key, scrub
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_lifecycle import (
     PROVIDERS, Lifecycle, make_client, make_v2_client)
 from ansible_collections.remote_gpu.trainer.plugins.module_utils.provider_state import provider_state
@@ -247,12 +247,8 @@ def main():
     if module.params["timeout"] <= 0:
         module.fail_json(msg="%s: timeout must be more than 0 seconds, not %d." % (provider, module.params["timeout"]),
                          error_kind="bad_input", **result)
-    key = (module.params["api_key"] if module.params["api_key"] not in (None, "") else os.environ.get(env_var, ""))
-    key = (key or "").strip()
-    if not key:
-        module.fail_json(msg="%s: no API key. Set the environment variable %s on the controller, or the option "
-                             "api_key." % (provider, env_var), error_kind="no_key", **result)
     try:
+        key = resolve_api_key(module.params["api_key"], env_var, os.environ, provider)
         module.exit_json(**run(module, result, key))
     except ProviderAPIError as err:
         module.fail_json(msg=scrub(str(err), secret), error_kind=err.kind, **result)

@@ -146,6 +146,7 @@ def test_no_key_names_the_env_var(module_runner, serve, monkeypatch):
     monkeypatch.delenv("VAST_API_KEY", raising=False)
     failed, result = module_runner(instance, dict(args(fake, "stopped"), api_key=None))
     assert failed and "Set the environment variable VAST_API_KEY" in result["msg"] and fake.api_requests() == []
+    assert result["error_kind"] == "no_key"  # the one key lookup of the providers (provider_http.resolve_api_key)
 
 
 def test_key_from_the_env_var_and_wrong_key_never_shown(module_runner, serve, monkeypatch):
