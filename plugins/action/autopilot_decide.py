@@ -74,7 +74,7 @@ def provider_read(host, host_vars, args):
     """The provider's facts of ``host`` read in this tick (``instance_info``'s ``facts``, registered as
     ``provider_var`` by a task that loops over the hosts it asks about: the result whose ``item`` is the host), or
     None when the tick did not ask about it or the provider did not answer."""
-    registered = host_var(host_vars, args.get("provider_var") or "autopilot_provider_now") if args else None
+    registered = host_var(host_vars, args["provider_var"])
     results = registered.get("results") if isinstance(registered, dict) else None
     for read in results if isinstance(results, list) else ():
         if isinstance(read, dict) and read.get("item") == host:
@@ -84,10 +84,10 @@ def provider_read(host, host_vars, args):
     return None
 
 
-def provider_facts(host_vars, args=None, host=None):
+def provider_facts(host, host_vars, args):
     """The provider facts of the host (provider_state and the rest): those read in this tick (``provider_read``)
     before those an inventory plugin or rent set, or None for a host of a static inventory (no provider_state)."""
-    fresh = provider_read(host, host_vars, args) if host is not None else None
+    fresh = provider_read(host, host_vars, args)
 
     def fact(key):
         return fresh.get(key) if fresh is not None else host_var(host_vars, key)
@@ -133,7 +133,7 @@ def replace_inputs(host, host_vars, hostvars, args, history, hosts=()):
     """What autopilot_replace's decision needs (see autopilot_replace.decide_replace): the rent's record of the
     box (found by its provider id), the queue snapshot of its last probe, the replacement's items now, and whether
     its durable tier survives the instance."""
-    provider = provider_facts(host_vars, args, host) or {}
+    provider = provider_facts(host, host_vars, args) or {}
     snap = autopilot_replace.last_snapshot(history) or {}
     replacement, _retired = autopilot_replace.replacement_of(history)
     new_items = {}
@@ -176,7 +176,7 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=host_var(host_vars, "trainer_park"),
                                  clocks=host_var(host_vars, "trainer_danger_clocks"),
-                                 provider=provider_facts(host_vars, args, host),
+                                 provider=provider_facts(host, host_vars, args),
                                  replace=replace_inputs(host, host_vars, hostvars, args, history, hosts)
                                  if hostvars else None)
         if settings["replace"]:
