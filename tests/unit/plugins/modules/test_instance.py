@@ -3,37 +3,16 @@ clear refusals, and a key that never shows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.modules import instance
 
-_FAKE = pathlib.Path(__file__).resolve().parents[3] / "lab" / "providers" / "fake_api.py"
-_spec = importlib.util.spec_from_file_location("fake_api", _FAKE)
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
+from provider_fakes import FIRST_ID, fake_api, serve_fixture
 
 KEY = "LIFECYCLE-KEY-0f1e2d-never-shown"
-FIRST_ID = {"runpod": "fakepod0001", "vastai": "9000001", "lambda": "0920582c7ff041399e34823a0be00001",
-            "autodl": "pro-fake0000001"}
-
-
-@pytest.fixture
-def serve():
-    started = []
-
-    def _serve(provider, count=1):
-        fake = fake_api.FakeAPI(provider, KEY, fake_api.records_for(
-            provider, [("198.51.100.%d" % i, 40000 + i) for i in range(1, count + 1)])).start()
-        started.append(fake)
-        return fake
-
-    yield _serve
-    for fake in started:
-        fake.stop()
+serve = serve_fixture(KEY)
 
 
 def args(fake, state, pid=None, **kw):

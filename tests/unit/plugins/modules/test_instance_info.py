@@ -4,40 +4,18 @@ too; a key that never shows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
 
 from ansible_collections.remote_gpu.trainer.plugins.modules import instance_info
 
-_FAKE = pathlib.Path(__file__).resolve().parents[3] / "lab" / "providers" / "fake_api.py"
-_spec = importlib.util.spec_from_file_location("fake_api", _FAKE)
-fake_api = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake_api)
+from provider_fakes import FIRST_ID, fake_api, serve_fixture
 
 KEY = "INFO-KEY-7a6b5c-never-shown"
-FIRST_ID = {"runpod": "fakepod0001", "vastai": "9000001", "lambda": "0920582c7ff041399e34823a0be00001",
-            "autodl": "pro-fake0000001"}
+serve = serve_fixture(KEY)
 ID_VAR = {"runpod": "runpod_pod_id", "vastai": "vastai_instance_id", "lambda": "lambda_instance_id",
           "autodl": "autodl_instance_uuid"}
-
-
-@pytest.fixture
-def serve():
-    started = []
-
-    def _serve(provider, count=1, records=None):
-        if records is None:
-            records = fake_api.records_for(provider, [("198.51.100.%d" % i, 40000 + i) for i in range(1, count + 1)])
-        fake = fake_api.FakeAPI(provider, KEY, records).start()
-        started.append(fake)
-        return fake
-
-    yield _serve
-    for fake in started:
-        fake.stop()
 
 
 def args(fake, pid=None, **kw):
