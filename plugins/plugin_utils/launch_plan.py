@@ -40,6 +40,25 @@ def assign(queue, hosts):
     return rows
 
 
+def reassign(shares):
+    """A relaunch's plan (pure): ``shares`` maps each host to the share of a queue that another host ran (rows
+    ``{index, item, arg}`` as launch recorded them, :func:`assign`'s), and each row goes to its new host with its
+    item id kept, so an item finished and synced under that id is found done. Returns the rows in queue order.
+
+    Raises ValueError when a row is malformed or two hosts claim one item (two boxes never run the same item)."""
+    rows, seen = [], {}
+    for host in sorted(shares or {}):
+        for row in shares[host] or ():
+            if not isinstance(row, dict) or isinstance(row.get("index"), bool) or not isinstance(row.get("index"), int) \
+                    or not isinstance(row.get("item"), str) or not isinstance(row.get("arg"), str):
+                raise ValueError("a recorded item of %s is not {index, item, arg}: %r" % (host, row))
+            if row["item"] in seen:
+                raise ValueError("item %s is recorded for %s and for %s" % (row["item"], seen[row["item"]], host))
+            seen[row["item"]] = host
+            rows.append({"index": row["index"], "item": row["item"], "host": str(host), "arg": row["arg"]})
+    return sorted(rows, key=lambda row: row["index"])
+
+
 def queue_record(items, name, host, run_id, queue_length, output_root, durable_root, best=(), scratch=(),
                  min_seconds=None, min_seconds_fail=False, tensorboard_dir="", protocol_dir="", wandb_dir=""):
     """What launch writes to ``<job dir>/queue.json``: this host's ``items`` (queue_assign rows) in order, each

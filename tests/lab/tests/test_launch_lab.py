@@ -122,7 +122,8 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     # the box which items were not done, which the probe at the start answers now: job_status's queue_pending). The
     # code record (code.json) is one of the 6: push_code runs it right after the rsync, in its own task. The count
     # does not depend on the machine's noise.
-    # At most 22 tasks per host, the profile play's and the run-once ones included (72 before the environment roles'
+    # At most 23 tasks per host, the profile play's and the run-once ones included, the launch record on the
+    # controller one of them (72 before the environment roles'
     # work was gathered into launch's one write_files run and tasks with nothing to do stopped being included; 29
     # while Ansible validated the role's spec on every host instead of play_vars once, and while prepare.yml was
     # included on each host instead of imported after a meta end_role, which runs in Ansible's main process and is
@@ -132,7 +133,7 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     # command task of its own; 23 while the queue runner's start was behind an include of its own). The first host
     # carries the run-once tasks: one worker each for the whole fleet, so the other hosts run 4 fewer.
     fresh = tasks_run(proc)
-    assert fresh["lab-01"] <= 22 and all(fresh[host] <= 18 for host in HOSTS[1:]), fresh
+    assert fresh["lab-01"] <= 23 and all(fresh[host] <= 19 for host in HOSTS[1:]), fresh
     assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 6)
     # What a person reads, under the shipped ansible.cfg (remote_gpu.trainer.quiet, skipped and ok results hidden but
     # the messages of the reports): the assignment table, what changed, one line per host and the recap; not each
@@ -255,11 +256,13 @@ def test_kill_then_relaunch_resumes_and_relaunch_while_running_changes_nothing(f
     flag = "/root/go-resume"
     extra = {"launch_name": "resume", "launch_queue": ["r0", "r1 --wait %s" % flag, "r2"]}
     proc = launch(fleet, src, "-l", "lab-03", "-vvv", extra=extra)
-    # every module of a fresh launch ran without AnsiballZ (plugin_utils/direct): both probes, both writes, the start
-    ran = re.findall(r"^<[^>]+> (\w+) runs (without|through) AnsiballZ", proc.stdout, re.M)
-    assert sorted(ran) == sorted([("job_status", "without"), ("preflight_probe", "without"),
-                                  ("write_files", "without"), ("write_files", "without"),
-                                  ("detached_job", "without")]), ran
+    # every module of a fresh launch on the box ran without AnsiballZ (plugin_utils/direct): both probes, both
+    # writes, the start; the launch record's write_files on the controller (delegated) runs the usual way
+    ran = re.findall(r"^<[^>]+> (\w+) runs (without|through) AnsiballZ(: a delegated task)?", proc.stdout, re.M)
+    assert sorted(ran) == sorted([("job_status", "without", ""), ("preflight_probe", "without", ""),
+                                  ("write_files", "without", ""), ("write_files", "without", ""),
+                                  ("detached_job", "without", ""),
+                                  ("write_files", "through", ": a delegated task")]), ran
     deadline = time.monotonic() + 60
     while "001 r1 lab-03" not in runs(fleet, "lab-03") and time.monotonic() < deadline:
         time.sleep(0.3)

@@ -16,3 +16,13 @@ def test_filter_is_registered_and_assigns():
 def test_filter_error_is_an_ansible_filter_error():
     with pytest.raises(AnsibleFilterError, match="no hosts"):
         FilterModule().filters()["queue_assign"](["a"], [])
+
+
+def test_queue_reassign_is_registered_and_its_errors_are_filter_errors():
+    reassign = FilterModule().filters()["queue_reassign"]
+    rows = reassign({"new": [{"index": 1, "item": "001", "arg": "b"}]})
+    assert rows == [{"index": 1, "item": "001", "host": "new", "arg": "b"}]
+    with pytest.raises(AnsibleFilterError, match="queue_reassign: expects a mapping"):
+        reassign([{"index": 1, "item": "001", "arg": "b"}])
+    with pytest.raises(AnsibleFilterError, match="queue_reassign: item 001 is recorded for a and for b"):
+        reassign({"a": [{"index": 1, "item": "001", "arg": "b"}], "b": [{"index": 1, "item": "001", "arg": "b"}]})

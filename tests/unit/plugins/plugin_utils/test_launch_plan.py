@@ -76,3 +76,28 @@ def test_the_queue_record_carries_launch_min_seconds_for_job_status():
     for bad in (-1, "30", True, 2.5):
         with pytest.raises(ValueError, match="launch_min_seconds"):
             launch_plan.queue_record(mine, "train", "h1", "exp", 1, "/d", "/fs", min_seconds=bad)
+
+
+def test_reassign_gives_each_new_host_its_old_boxs_share_under_the_same_ids():
+    plan = launch_plan.assign(["a", "b", "c", "d", "e"], ["old-1", "old-2"])
+    share_1 = [dict((k, r[k]) for k in ("index", "item", "arg")) for r in plan if r["host"] == "old-1"]
+    rows = launch_plan.reassign({"new-1": list(reversed(share_1))})
+    # old-1 ran 000, 002 and 004; old-2's items (001, 003) are not started a second time
+    assert [(r["item"], r["host"], r["arg"]) for r in rows] == [("000", "new-1", "a"), ("002", "new-1", "c"),
+                                                                 ("004", "new-1", "e")]
+    both = launch_plan.reassign({"new-2": [r for r in plan if r["host"] == "old-2"], "new-1": share_1})
+    assert [(r["item"], r["host"]) for r in both] == [("000", "new-1"), ("001", "new-2"), ("002", "new-1"),
+                                                      ("003", "new-2"), ("004", "new-1")]
+    assert launch_plan.reassign({}) == []
+
+
+@pytest.mark.parametrize("shares, words", [
+    ({"n1": [{"index": 0, "item": "000", "arg": "a"}], "n2": [{"index": 0, "item": "000", "arg": "a"}]},
+     "item 000 is recorded for n1 and for n2"),
+    ({"n1": [{"index": "0", "item": "000", "arg": "a"}]}, "is not {index, item, arg}"),
+    ({"n1": [{"index": True, "item": "000", "arg": "a"}]}, "is not {index, item, arg}"),
+    ({"n1": ["000"]}, "is not {index, item, arg}"),
+])
+def test_reassign_refuses_an_item_claimed_twice_or_malformed(shares, words):
+    with pytest.raises(ValueError, match=words.replace("{", r"\{").replace("}", r"\}")):
+        launch_plan.reassign(shares)
