@@ -129,6 +129,26 @@ def rent_records(reports_dir):
     return found
 
 
+MAX_LAUNCH_RECORD = 1 << 20
+
+
+def launch_records(record_dir, host):
+    """{path: parsed JSON} of the records launch wrote for ``host`` (``<record_dir>/<host>/*.json``, at most 100),
+    read through safe_read (a link or a special file there is refused, never followed or opened blocking); a
+    record that cannot be read is given as None, which autopilot_replace.relaunch_jobs refuses with its path."""
+    if not host or host in (".", "..") or "/" in host or "\0" in host:
+        return {}
+    found = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(os.path.join(record_dir, host)), "*.json")))[:100]:
+        try:
+            data, _size, cut = safe_read.read_bounded(path, MAX_LAUNCH_RECORD)
+            found[path] = None if cut else json.loads(data.decode("utf-8"))
+        except (OSError, ValueError, RecursionError, safe_read.ReadRefused) as exc:
+            display.warning("launch record %s skipped: %s" % (path, exc))
+            found[path] = None
+    return found
+
+
 def replace_inputs(host, host_vars, hostvars, args, history, hosts=()):
     """What autopilot_replace's decision needs (see autopilot_replace.decide_replace): the rent's record of the
     box (found by its provider id), the queue snapshot of its last probe, the replacement's items now, and whether
@@ -183,6 +203,12 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
             snap = autopilot_replace.snapshot(probe if autopilot.probe_outcome(probe) == (True, None) else None)
             if snap:
                 found["snap"] = snap
+        if found.get("action") == "replace":
+            # every job the old box ran, each with the variables and the share of the queue its launch recorded
+            found["relaunch"] = autopilot_replace.relaunch_jobs(
+                launch_records(args["launch_record_dir"], host),
+                (autopilot_replace.last_snapshot(history) or found.get("snap") or {}).get("queue"))
+            found["relaunch"]["dir"] = os.path.join(args["launch_record_dir"], host)
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":
             found.update(action="escalate", wanted="escalate", state="idle_manual",
@@ -279,6 +305,8 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         if args["history_dir"] is None:
             args["history_dir"] = os.path.join(os.path.dirname(args["report_path"]), "history")
+        if args["launch_record_dir"] is None:
+            args["launch_record_dir"] = os.path.join(os.path.dirname(os.path.abspath(args["report_path"])), "launches")
         hostvars = HostVariables(task_vars.get("hostvars"), self._templar)
         hosts = targeted_hosts(None, task_vars)
         now = time.time()

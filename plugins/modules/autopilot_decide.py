@@ -41,6 +41,10 @@ description:
     relaunch there), and later V(retire) (destroy it once through the API) when every item of its queue is
     pulled, durable on a tier that survives the instance, or finished on the replacement. Their outcomes are
     read from the host variables C(autopilot_replace_outcome) and C(autopilot_retire_outcome).
+  - A V(replace) decision carries C(relaunch), what the relaunch on the replacement takes from the records launch
+    wrote for the old box (O(launch_record_dir)). C(jobs) gives each job's record C(path), its share of the queue
+    C(items) and C(queue_length); C(missing) names the jobs of the box's last queue snapshot that have no record,
+    C(refused) the records that cannot drive a relaunch, with why, and C(dir) where they were read.
   - V(record) settles each decision with the outcome of its action (the variables O(heal_var), O(park_var) and
     O(park_api_var)),
     prints one line per host, appends one record per host to its history (C(kind) V(autopilot), with the
@@ -78,6 +82,13 @@ options:
       - The directory of the per-host history files (shared with patrol and preflight).
       - Omitted, C(history) next to O(report_path) (C(reports/history) by default), where patrol and preflight keep
         theirs.
+    type: path
+  launch_record_dir:
+    description:
+      - Where launch recorded each job it started on each box (C(<launch_record_dir>/<host>/<job>.json), the role
+        P(remote_gpu.trainer.launch#role)'s C(launch_record_dir)), read with O(phase=decide) for each host to
+        replace (at most 100 records of 1 MiB each; a link or a file that is not regular is refused, not followed).
+      - Omitted, C(launches) next to O(report_path) (C(reports/launches) by default), where launch writes them.
     type: path
   report_path:
     description: The JSON report of the tick (written by V(record), also in check mode).

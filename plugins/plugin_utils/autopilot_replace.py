@@ -19,6 +19,8 @@ a tier whose ``lost_on`` names ``destroy`` does not, as vast.ai's ``/workspace``
 
 from __future__ import annotations
 
+import os
+
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_table import integer, number
 
 GIVES_BACK = ("vastai", "runpod")
@@ -256,3 +258,30 @@ def find_record(records, provider, instance_id):
                     str(box.get("id")) == str(instance_id) and instance_id not in (None, ""):
                 return record
     return None
+
+
+def relaunch_jobs(records, queue=None):
+    """Which of the old box's jobs a replacement relaunches, from the records launch wrote on the controller
+    (``records``: {file name: parsed JSON} of ``<launch_record_dir>/<old host>/*.json``), pure.
+
+    Returns ``{"jobs": {name: {"path", "items", "queue_length"}}, "missing": [names], "refused": [lines]}``: a job
+    with a sound record is relaunched with that record's launch_* variables and its share of the queue; a job of
+    the box's last queue snapshot (``queue``: ``["job/item", ...]``) without one is ``missing`` (the person is told
+    how to relaunch it), and a record that is not launch's (its name, its items) is ``refused``, with why."""
+    jobs, refused = {}, []
+    for path in sorted(records or {}):
+        record = records[path] if isinstance(records[path], dict) else {}
+        name = os.path.basename(path)[:-len(".json")] if path.endswith(".json") else None
+        meta = record.get("_launch_recorded")
+        items = meta.get("items") if isinstance(meta, dict) else None
+        if not name or record.get("launch_name") != name or not isinstance(items, list) or not items \
+                or not all(isinstance(row, dict) and isinstance(row.get("item"), str) for row in items) \
+                or not isinstance(record.get("launch_src"), str) or not isinstance(record.get("launch_command"), str):
+            refused.append("%s is not a launch record of job %s (launch_name, launch_src, launch_command and the "
+                           "recorded items are required)" % (path, name))
+            continue
+        length = integer(meta.get("queue_length"))
+        jobs[name] = {"path": path, "items": items,
+                      "queue_length": length if length and length >= len(items) else len(items)}
+    missing = sorted(set(str(key).split("/", 1)[0] for key in queue or ()) - set(jobs))
+    return {"jobs": jobs, "missing": missing, "refused": refused}

@@ -174,3 +174,40 @@ def test_the_providers_word_read_in_the_tick_takes_the_place_of_the_state_rent_w
     assert "preempted" not in decisions["failed"]["state"] and "preempted" not in decisions["skipped"]["state"]
     assert decisions["failed"]["state"] == decisions["skipped"]["state"], decisions
     assert result["records_dir"] == str(tmp_path)
+
+
+def test_a_replaced_box_carries_the_records_of_every_job_its_launches_wrote(tmp_path):
+    """A Lambda box the provider preempted (never given back: replaced at once): its decision carries each job's
+    launch record (launch_record_dir/<host>/<job>.json), the share of the queue the box ran; a link planted there
+    is refused, not followed; a host without records has none."""
+    box = {"autopilot_probe": {"unreachable": True, "msg": "ssh: connect to host 192.0.2.9 port 22: timed out"},
+           "autopilot_replace": True, "provider": "lambda", "provider_id": "i-1", "provider_state": "preempted",
+           "trainer_profile": "lambda", "trainer_meter_stop": {"verb": "terminate", "how": "terminate",
+                                                               "reversible": False}}
+    (tmp_path / "rent-sweep-a.json").write_text(json.dumps({
+        "rent": "sweep-a", "provider": "lambda", "count": 1, "spec": {"gpu": "gpu_1x_h100_pcie", "gpu_count": 1},
+        "boxes": [{"host": "old", "id": "i-1", "outcome": "kept"}, {"host": "bare", "id": "i-2", "outcome": "kept"}]}))
+    records = tmp_path / "launches" / "old"
+    records.mkdir(parents=True)
+    for name, items in (("train", ["000", "002"]), ("exp2", ["001"])):
+        (records / (name + ".json")).write_text(json.dumps({
+            "launch_name": name, "launch_src": "/home/me/proj", "launch_command": "python train.py",
+            "_launch_recorded": {"version": 1, "host": "old", "job": name, "queue_length": 3,
+                                 "items": [{"index": int(i), "item": i, "host": "old", "arg": i} for i in items]}}))
+    secret = tmp_path / "elsewhere.json"
+    secret.write_text(json.dumps({"launch_name": "planted"}))
+    (records / "planted.json").symlink_to(secret)
+    hostvars = {"old": dict(box), "bare": dict(box, provider_id="i-2")}
+    result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
+    old = result["decisions"]["old"]
+    assert old["act"] == "replace", old
+    assert sorted(old["relaunch"]["jobs"]) == ["exp2", "train"]
+    assert [r["item"] for r in old["relaunch"]["jobs"]["train"]["items"]] == ["000", "002"]
+    assert old["relaunch"]["dir"] == str(records)
+    assert [line.split(" ")[0] for line in old["relaunch"]["refused"]] == [str(records / "planted.json")]
+    bare = result["decisions"]["bare"]
+    assert bare["act"] == "replace" and bare["relaunch"]["jobs"] == {} and bare["relaunch"]["refused"] == []
+    # launch_record_dir given: read there
+    moved = run_action(ActionModule, args(tmp_path, phase="decide", launch_record_dir=str(tmp_path / "none")),
+                       task_vars=play(hostvars, tmp_path))
+    assert moved["decisions"]["old"]["relaunch"]["jobs"] == {}

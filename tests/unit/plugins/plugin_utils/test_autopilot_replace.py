@@ -148,3 +148,36 @@ def test_the_rents_record_is_found_by_the_instance_id_and_the_queue_snapshot_is_
                               "train/001": {"state": "running"}}}
     history = [rec(NOW - 60, "running", snap=snap), rec(NOW, "preempted")]
     assert rp.last_snapshot(history) == snap and rp.snapshot({"jobs": []}) is None
+
+
+def launch_record(name, items, queue_length=4, **extra):
+    record = {"launch_name": name, "launch_src": "/home/me/proj", "launch_command": "python train.py",
+              "_launch_recorded": {"version": 1, "host": "old", "job": name, "queue_length": queue_length,
+                                   "items": [{"index": int(i), "item": i, "host": "old", "arg": "cfg/%s" % i}
+                                             for i in items]}}
+    record.update(extra)
+    return record
+
+
+def test_relaunch_jobs_takes_every_recorded_job_and_names_the_rest():
+    records = {"/r/old/train.json": launch_record("train", ["000", "002"]),
+               "/r/old/exp2.json": launch_record("exp2", ["001"], queue_length=2),
+               # a record whose name is not its file's, one without items, one unreadable: refused, with the path
+               "/r/old/exp3.json": launch_record("other", ["000"]),
+               "/r/old/exp4.json": launch_record("exp4", []),
+               "/r/old/exp5.json": None}
+    found = rp.relaunch_jobs(records, ["train/000", "train/002", "exp2/001", "exp6/000"])
+    assert sorted(found["jobs"]) == ["exp2", "train"]
+    assert found["jobs"]["train"] == {"path": "/r/old/train.json", "queue_length": 4,
+                                      "items": records["/r/old/train.json"]["_launch_recorded"]["items"]}
+    assert found["jobs"]["exp2"]["queue_length"] == 2
+    # exp6 ran on the box (its last snapshot) but has no record; exp3-5's records are not launch's
+    assert found["missing"] == ["exp6"]
+    assert [line.split(" ")[0] for line in found["refused"]] == ["/r/old/exp3.json", "/r/old/exp4.json",
+                                                                 "/r/old/exp5.json"]
+    assert "launch_name, launch_src, launch_command and the recorded items are required" in found["refused"][0]
+    # no snapshot (the box never answered a tick): nothing is known missing
+    assert rp.relaunch_jobs({}, None) == {"jobs": {}, "missing": [], "refused": []}
+    # a recorded queue length shorter than the share is not believed
+    short = rp.relaunch_jobs({"/r/old/t.json": launch_record("t", ["000", "001"], queue_length=1)})
+    assert short["jobs"]["t"]["queue_length"] == 2
