@@ -207,7 +207,7 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
             # every job the old box ran, each with the variables and the share of the queue its launch recorded
             found["relaunch"] = autopilot_replace.relaunch_jobs(
                 launch_records(args["launch_record_dir"], host),
-                (autopilot_replace.last_snapshot(history) or found.get("snap") or {}).get("queue"))
+                autopilot_replace.last_snapshot(history) or found.get("snap"))
             found["relaunch"]["dir"] = os.path.join(args["launch_record_dir"], host)
         problem = park_problem(found) if found.get("wanted") == "park" else None
         if problem and found["action"] == "park":

@@ -260,14 +260,15 @@ def find_record(records, provider, instance_id):
     return None
 
 
-def relaunch_jobs(records, queue=None):
+def relaunch_jobs(records, snap=None):
     """Which of the old box's jobs a replacement relaunches, from the records launch wrote on the controller
     (``records``: {file name: parsed JSON} of ``<launch_record_dir>/<old host>/*.json``), pure.
 
     Returns ``{"jobs": {name: {"path", "items", "queue_length"}}, "missing": [names], "refused": [lines]}``: a job
     with a sound record is relaunched with that record's launch_* variables and its share of the queue; a job of
-    the box's last queue snapshot (``queue``: ``["job/item", ...]``) without one is ``missing`` (the person is told
-    how to relaunch it), and a record that is not launch's (its name, its items) is ``refused``, with why."""
+    the box's last queue snapshot (``snap``, :func:`snapshot`) with an item not done and no record is ``missing``
+    (the person is told how to relaunch it), and a record that is not launch's (its name, its items) is
+    ``refused``, with why."""
     jobs, refused = {}, []
     for path in sorted(records or {}):
         record = records[path] if isinstance(records[path], dict) else {}
@@ -283,5 +284,7 @@ def relaunch_jobs(records, queue=None):
         length = integer(meta.get("queue_length"))
         jobs[name] = {"path": path, "items": items,
                       "queue_length": length if length and length >= len(items) else len(items)}
-    missing = sorted(set(str(key).split("/", 1)[0] for key in queue or ()) - set(jobs))
+    items_of = (snap or {}).get("items") or {}
+    missing = sorted(set(str(key).split("/", 1)[0] for key in (snap or {}).get("queue") or ()
+                         if (items_of.get(key) or {}).get("state") != "done") - set(jobs))
     return {"jobs": jobs, "missing": missing, "refused": refused}

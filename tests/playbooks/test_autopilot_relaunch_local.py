@@ -66,3 +66,40 @@ def test_the_record_drives_the_launch_and_its_plan_is_the_old_boxs_share(tmp_pat
     assert re.search(r"^\s*001\s+box-new\s+q1\s*$", table, re.M), table
     assert not re.search(r"^\s*000\s", table, re.M), table  # q0 is another box's item: not started twice
     assert "launch_sampler_interval must be more than 0" in out, out  # the record's value reached launch's rules
+
+
+BOX_SITE = """---
+- name: Relaunch the jobs of old on box-new, as autopilot.yml's relaunch play does
+  hosts: box-new
+  gather_facts: false
+  tasks:
+    - name: Relaunch every job of the replaced host
+      ansible.builtin.import_tasks: %s/playbooks/tasks/autopilot_relaunch_box.yml
+    - name: Keep the outcome recorded on the old host
+      ansible.builtin.copy:
+        content: "{{ hostvars['old'].autopilot_replace_outcome | to_json }}"
+        dest: "{{ playbook_dir }}/outcome.json"
+        mode: "0600"
+""" % REPO
+
+
+def test_a_job_of_the_old_box_without_a_launch_record_is_named_with_the_command_that_relaunches_it(tmp_path):
+    """exp6 ran on the old box and has an item left, but launch wrote no record of it (launched before launch
+    recorded, or from another directory), and the tick has no launch_src: nothing is launched, and the outcome on
+    the old host names the job, where its record was looked for, and the command."""
+    (tmp_path / "group_vars").symlink_to(REPO / "group_vars")
+    (tmp_path / "hosts.yml").write_text("local:\n  hosts:\n    box-new:\n      ansible_connection: local\n"
+                                        "      autopilot_replaces: old\n    old:\n      ansible_connection: local\n")
+    (tmp_path / "site.yml").write_text(BOX_SITE)
+    where = str(tmp_path / "launches" / "old")
+    plan = {"decisions": {"old": {"relaunch": {"jobs": {}, "missing": ["exp6"], "refused": [], "dir": where}}}}
+    proc = run_playbook(tmp_path / "site.yml", tmp_path / "hosts.yml", "-e", json.dumps({"autopilot_plan": plan}),
+                        cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out  # the failure is the outcome's, recorded on the old host
+    outcome = json.loads((tmp_path / "outcome.json").read_text())
+    assert outcome["ok"] is False, outcome
+    assert ("box-new rented and passed preflight, but its relaunch failed: Not relaunched on box-new: job exp6: no "
+            "launch record in %s. Launch each on box-new as you launched it on old, with -l box-new -e "
+            "launch_adopt_durable=true" % where) in outcome["msg"], outcome
+    assert "ITEM  HOST" not in out, out  # launch was not entered

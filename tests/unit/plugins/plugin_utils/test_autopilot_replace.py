@@ -166,12 +166,16 @@ def test_relaunch_jobs_takes_every_recorded_job_and_names_the_rest():
                "/r/old/exp3.json": launch_record("other", ["000"]),
                "/r/old/exp4.json": launch_record("exp4", []),
                "/r/old/exp5.json": None}
-    found = rp.relaunch_jobs(records, ["train/000", "train/002", "exp2/001", "exp6/000"])
+    # exp6 and exp7 ran on the box (its last snapshot) without a record: exp7's one item is done, nothing to relaunch
+    snap = {"queue": ["train/000", "train/002", "exp2/001", "exp6/000", "exp6/001", "exp7/000"],
+            "items": {"train/000": {"state": "done"}, "exp6/000": {"state": "done"}, "exp6/001": {"state": "running"},
+                      "exp7/000": {"state": "done", "synced": 1}}}
+    found = rp.relaunch_jobs(records, snap)
     assert sorted(found["jobs"]) == ["exp2", "train"]
     assert found["jobs"]["train"] == {"path": "/r/old/train.json", "queue_length": 4,
                                       "items": records["/r/old/train.json"]["_launch_recorded"]["items"]}
     assert found["jobs"]["exp2"]["queue_length"] == 2
-    # exp6 ran on the box (its last snapshot) but has no record; exp3-5's records are not launch's
+    # exp6 has an item left and no record; exp3-5's records are not launch's
     assert found["missing"] == ["exp6"]
     assert [line.split(" ")[0] for line in found["refused"]] == ["/r/old/exp3.json", "/r/old/exp4.json",
                                                                  "/r/old/exp5.json"]
