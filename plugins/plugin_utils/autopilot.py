@@ -789,7 +789,8 @@ def settle(decision, outcome=None):
         return found
     if found["action"] in SETTLED_AS:
         ok = bool(outcome.get("ok"))
-        msg = " ".join(str(outcome.get("msg") or "").split())[:300]
+        # a replacement's outcome names every job relaunched, or not, and a change of the code: room for them
+        msg = " ".join(str(outcome.get("msg") or "").split())[:600]
         state = SETTLED_AS[found["action"]][0 if ok else 1]
         reason = found["reason"] + ("; %s: %s" % (state, msg) if ok else "; the %s FAILED: %s" % (
             "verb" if found["action"] == "park" else found["action"], msg))

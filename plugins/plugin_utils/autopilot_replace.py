@@ -264,8 +264,9 @@ def relaunch_jobs(records, snap=None):
     """Which of the old box's jobs a replacement relaunches, from the records launch wrote on the controller
     (``records``: {file name: parsed JSON} of ``<launch_record_dir>/<old host>/*.json``), pure.
 
-    Returns ``{"jobs": {name: {"path", "items", "queue_length"}}, "missing": [names], "refused": [lines]}``: a job
-    with a sound record is relaunched with that record's launch_* variables and its share of the queue; a job of
+    Returns ``{"jobs": {name: {"path", "items", "queue_length", "code"}}, "missing": [names], "refused": [lines]}``:
+    a job with a sound record is relaunched with that record's launch_* variables and its share of the queue (its
+    ``code``: the tree_sha256, commit and dirty state of the code the old box ran, None where unknown); a job of
     the box's last queue snapshot (``snap``, :func:`snapshot`) with an item not done and no record is ``missing``
     (the person is told how to relaunch it), and a record that is not launch's (its name, its items) is
     ``refused``, with why."""
@@ -282,8 +283,11 @@ def relaunch_jobs(records, snap=None):
                            "recorded items are required)" % (path, name))
             continue
         length = integer(meta.get("queue_length"))
+        code = meta.get("code") if isinstance(meta.get("code"), dict) else {}
         jobs[name] = {"path": path, "items": items,
-                      "queue_length": length if length and length >= len(items) else len(items)}
+                      "queue_length": length if length and length >= len(items) else len(items),
+                      # the code the old box ran (push_code's record): a relaunch of other code says so
+                      "code": dict((key, code.get(key)) for key in ("tree_sha256", "commit", "dirty"))}
     items_of = (snap or {}).get("items") or {}
     missing = sorted(set(str(key).split("/", 1)[0] for key in (snap or {}).get("queue") or ()
                          if (items_of.get(key) or {}).get("state") != "done") - set(jobs))

@@ -36,9 +36,9 @@ def relaunch(tmp_path, *extra):
         "launch_name": "exp2", "launch_src": str(tmp_path), "launch_command": "bash exp2.sh",
         "launch_queue": ["q0", "q1"], "launch_sampler_interval": 0, "launch_min_seconds": 0,
         "_launch_recorded": {"version": 1, "host": "old", "job": "exp2", "queue_length": 2, "items": items}}))
-    plan = {"decisions": {"old": {"relaunch": {"jobs": {"exp2": {"path": str(record), "items": items,
-                                                                   "queue_length": 2}},
-                                               "missing": [], "refused": [], "dir": str(record.parent)}}}}
+    job = {"path": str(record), "items": items, "queue_length": 2}
+    relaunch = {"jobs": {"exp2": job}, "missing": [], "refused": [], "dir": str(record.parent)}
+    plan = {"decisions": {"old": {"relaunch": relaunch}}}
     (tmp_path / "hosts.yml").write_text("local:\n  hosts:\n    box-new:\n      ansible_connection: local\n"
                                         "      autopilot_replaces: old\n")
     (tmp_path / "site.yml").write_text(SITE)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -177,12 +178,16 @@ def test_the_readmes_rent_flow_replaces_a_preempted_box_with_both_its_experiment
     # a tick while they train keeps the queue's snapshot (what the old box held)
     rows = tick(lab)
     assert rows[old]["state"].startswith("running"), rows[old]
+    # the user goes on editing the project on the laptop: a relaunch pushes the code as it is then, and says so
+    with open(src / "train.sh", "a", encoding="utf-8") as handle:
+        handle.write("# tuned after the launch\n")
 
     # the market takes it (vast.ai: stopped while intended running, a bid instance) and never gives it back
     (record,) = [r for r in fake.records if str(r["id"]) == str(old_vars["provider_id"])]
     record.update(actual_status="stopped", cur_state="stopped", intended_status="running")
     subprocess.run([FLEET, "vanish", old_box], env=dict(os.environ, LAB_STATE_DIR=fleet.state), check=True,
                    capture_output=True)
+
     def reads():
         return len([r for r in fake.api_requests() if r["method"] == "GET" and r["path"].rstrip("/").endswith(
             "/api/v0/instances/%s" % old_vars["provider_id"])])
@@ -190,6 +195,9 @@ def test_the_readmes_rent_flow_replaces_a_preempted_box_with_both_its_experiment
     rows = tick(lab)
     assert (rows[old]["action"], rows[old]["ok"], rows[old]["state"]) == ("replace", True, "replaced"), rows[old]
     assert "relaunched exp2, train" in json.dumps(rows[old]), rows[old]
+    assert re.search(r"relaunched exp2, train; launch_src changed since the launch of exp2, train on %s \(commit "
+                     r"- -> -, tree [0-9a-f]{12} -> [0-9a-f]{12}\): the remaining items run the new code" % old,
+                     rows[old]["reason"]), rows[old]
     # the tick asked vast.ai about the box that did not answer: the inventory still says it runs
     assert reads() > before, fake.api_requests()[-10:]
     assert len([r for r in fake.api_requests() if r["method"] == "PUT" and r["path"].startswith("/api/v0/asks/")]) == 3

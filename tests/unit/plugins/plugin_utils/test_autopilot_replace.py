@@ -150,17 +150,18 @@ def test_the_rents_record_is_found_by_the_instance_id_and_the_queue_snapshot_is_
     assert rp.last_snapshot(history) == snap and rp.snapshot({"jobs": []}) is None
 
 
-def launch_record(name, items, queue_length=4, **extra):
+def launch_record(name, items, queue_length=4, code=None, **extra):
     record = {"launch_name": name, "launch_src": "/home/me/proj", "launch_command": "python train.py",
               "_launch_recorded": {"version": 1, "host": "old", "job": name, "queue_length": queue_length,
                                    "items": [{"index": int(i), "item": i, "host": "old", "arg": "cfg/%s" % i}
-                                             for i in items]}}
+                                             for i in items], "code": code}}
     record.update(extra)
     return record
 
 
 def test_relaunch_jobs_takes_every_recorded_job_and_names_the_rest():
-    records = {"/r/old/train.json": launch_record("train", ["000", "002"]),
+    code = {"tree_sha256": "ab" * 32, "commit": "3f2a9c1", "dirty": True, "files": 12}
+    records = {"/r/old/train.json": launch_record("train", ["000", "002"], code=code),
                "/r/old/exp2.json": launch_record("exp2", ["001"], queue_length=2),
                # a record whose name is not its file's, one without items, one unreadable: refused, with the path
                "/r/old/exp3.json": launch_record("other", ["000"]),
@@ -173,7 +174,9 @@ def test_relaunch_jobs_takes_every_recorded_job_and_names_the_rest():
     found = rp.relaunch_jobs(records, snap)
     assert sorted(found["jobs"]) == ["exp2", "train"]
     assert found["jobs"]["train"] == {"path": "/r/old/train.json", "queue_length": 4,
-                                      "items": records["/r/old/train.json"]["_launch_recorded"]["items"]}
+                                      "items": records["/r/old/train.json"]["_launch_recorded"]["items"],
+                                      "code": {"tree_sha256": "ab" * 32, "commit": "3f2a9c1", "dirty": True}}
+    assert found["jobs"]["exp2"]["code"] == {"tree_sha256": None, "commit": None, "dirty": None}  # not recorded
     assert found["jobs"]["exp2"]["queue_length"] == 2
     # exp6 has an item left and no record; exp3-5's records are not launch's
     assert found["missing"] == ["exp6"]

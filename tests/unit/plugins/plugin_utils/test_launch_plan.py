@@ -83,8 +83,8 @@ def test_reassign_gives_each_new_host_its_old_boxs_share_under_the_same_ids():
     share_1 = [dict((k, r[k]) for k in ("index", "item", "arg")) for r in plan if r["host"] == "old-1"]
     rows = launch_plan.reassign({"new-1": list(reversed(share_1))})
     # old-1 ran 000, 002 and 004; old-2's items (001, 003) are not started a second time
-    assert [(r["item"], r["host"], r["arg"]) for r in rows] == [("000", "new-1", "a"), ("002", "new-1", "c"),
-                                                                 ("004", "new-1", "e")]
+    assert [(r["item"], r["host"], r["arg"]) for r in rows] == [
+        ("000", "new-1", "a"), ("002", "new-1", "c"), ("004", "new-1", "e")]
     both = launch_plan.reassign({"new-2": [r for r in plan if r["host"] == "old-2"], "new-1": share_1})
     assert [(r["item"], r["host"]) for r in both] == [("000", "new-1"), ("001", "new-2"), ("002", "new-1"),
                                                       ("003", "new-2"), ("004", "new-1")]
