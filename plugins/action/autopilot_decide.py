@@ -24,7 +24,7 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.teardown import
 from ansible_collections.remote_gpu.trainer.plugins.modules.autopilot_decide import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (
-    BILLING_VARS, host_record, host_var, targeted_hosts, write_file)
+    BILLING_VARS, host_record, host_var, provider_facts, targeted_hosts, write_file)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
@@ -68,41 +68,6 @@ def park_problem(decision, environ=None):
     if not environ.get(str(api.get("key_env") or "")):
         return "the environment variable %s is not set on the controller" % (api.get("key_env") or "(none named)")
     return None
-
-
-def provider_read(host, host_vars, args):
-    """The provider's facts of ``host`` read in this tick (``instance_info``'s ``facts``, registered as
-    ``provider_var`` by a task that loops over the hosts it asks about: the result whose ``item`` is the host), or
-    None when the tick did not ask about it or the provider did not answer."""
-    registered = host_var(host_vars, args["provider_var"])
-    results = registered.get("results") if isinstance(registered, dict) else None
-    for read in results if isinstance(results, list) else ():
-        if isinstance(read, dict) and read.get("item") == host:
-            if read.get("failed") or not isinstance(read.get("facts"), dict):
-                return None
-            return read["facts"]
-    return None
-
-
-def provider_facts(host, host_vars, args):
-    """The provider facts of the host (provider_state and the rest): those read in this tick (``provider_read``)
-    before those an inventory plugin or rent set, or None for a host of a static inventory (no provider_state)."""
-    fresh = provider_read(host, host_vars, args)
-
-    def fact(key):
-        return fresh.get(key) if fresh is not None else host_var(host_vars, key)
-
-    state = fact("provider_state")
-    if not state:
-        return None
-    name = fact("provider")
-    record = fact(name) if isinstance(name, str) and name else None
-    return {"state": state, "provider": name, "id": fact("provider_id"),
-            "status": fact("provider_status"),
-            "message": fact("provider_state_message"),
-            "durable_dir": host_var(host_vars, "trainer_durable_dir"),
-            # the curated record the plugin keeps in hostvars (<provider>): what a re-rent command is built from
-            "record": record if isinstance(record, dict) else None}
 
 
 MAX_RENT_RECORD = 16 << 20
@@ -153,7 +118,7 @@ def replace_inputs(host, host_vars, hostvars, args, history, hosts=()):
     """What autopilot_replace's decision needs (see autopilot_replace.decide_replace): the rent's record of the
     box (found by its provider id), the queue snapshot of its last probe, the replacement's items now, and whether
     its durable tier survives the instance."""
-    provider = provider_facts(host, host_vars, args) or {}
+    provider = provider_facts(host, host_vars, args["provider_var"]) or {}
     snap = autopilot_replace.last_snapshot(history) or {}
     replacement, _retired = autopilot_replace.replacement_of(history)
     new_items = {}
@@ -196,7 +161,7 @@ def decide_host(host, host_vars, args, now, check_mode, hostvars=None, hosts=())
         found = autopilot.decide(host, probe, history, settings, meter_stop, now,
                                  billing=host_billing(host_vars), park=host_var(host_vars, "trainer_park"),
                                  clocks=host_var(host_vars, "trainer_danger_clocks"),
-                                 provider=provider_facts(host, host_vars, args),
+                                 provider=provider_facts(host, host_vars, args["provider_var"]),
                                  replace=replace_inputs(host, host_vars, hostvars, args, history, hosts)
                                  if hostvars else None)
         if settings["replace"]:

@@ -22,7 +22,8 @@ from ansible_collections.remote_gpu.trainer.plugins.plugin_utils import fleet_ta
 from ansible_collections.remote_gpu.trainer.plugins.modules.fleet_report import DOCUMENTATION as MODULE_DOCUMENTATION
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.doc_args import DocumentedAction, refused
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.fleet_hosts import (
-    BILLING_VARS, ONE_PROBE_OPTION, RESULTS_BY_KIND, host_record, host_var, targeted_hosts, write_file)
+    BILLING_VARS, ONE_PROBE_OPTION, RESULTS_BY_KIND, host_record, host_var, provider_facts, targeted_hosts,
+    write_file)
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.host_vars import HostVariables
 from ansible_collections.remote_gpu.trainer.plugins.plugin_utils.redact import redact_result
 
@@ -84,6 +85,7 @@ def build_rows(args, hosts, hostvars, now=None):
     for host in hosts:
         record = host_record(hostvars.get(host), args["kind"], args["result_vars"])
         if args["kind"] == "patrol":
+            record["provider"] = provider_facts(host, hostvars.get(host), args["result_vars"].get("instance_info"))
             settings = billing_settings(hostvars.get(host), now, args["idle_minutes"])
             rows.append(fleet_patrol.patrol_row(host, record, strict=args["strict"], tail_lines=args["tail_lines"],
                                                 idle_billing=settings))

@@ -76,7 +76,7 @@ options:
         C(playbooks/rent.yml) wrote keeps the state of the rent). Its C(facts) take the place of the inventory's
         C(provider_state) and the rest, so that a preemption is seen there as the provider inventory plugins see it.
     type: str
-    default: autopilot_provider_now
+    default: provider_now
   history_dir:
     description:
       - The directory of the per-host history files (shared with patrol and preflight).

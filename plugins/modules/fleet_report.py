@@ -84,6 +84,15 @@ options:
       job_status:
         description: With O(kind=patrol), the result of M(remote_gpu.trainer.job_status) (required).
         type: str
+      instance_info:
+        description:
+          - With O(kind=patrol), the loop of M(remote_gpu.trainer.instance_info) reads (one result per host, its
+            C(item) the host) that asked the provider about the rented boxes that did not answer
+            (C(playbooks/tasks/provider_now.yml) registers it as C(provider_now)). A host that did not answer is
+            told with what its provider says of it now (preempted, stopped, terminated, or running with its SSH
+            path broken) instead of the bare SSH error; without a read, with what the inventory's
+            C(provider_state) says, where it is not V(running).
+        type: str
   report_path:
     description: Where to write the JSON report on the controller. Omit to write none.
     type: path
@@ -215,6 +224,7 @@ EXAMPLES = r"""
   remote_gpu.trainer.fleet_report:
     result_vars:
       job_status: patrol_probe
+      instance_info: provider_now
     kind: patrol
     report_path: reports/patrol.json
     prom_path: /var/lib/node_exporter/textfile/trainer_patrol.prom

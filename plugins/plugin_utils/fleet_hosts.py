@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """What the controller actions that read the whole fleet share (fleet_report, autopilot_decide): the hosts a play
-targets, a host's variable read without failing, a host's profile and probe results as one record, the variables
-that billing reads, and an atomic, redacted write of a report.
+targets, a host's variable read without failing, a host's profile and probe results as one record, its provider's
+word (read in this run, else the inventory's), the variables that billing reads, and an atomic, redacted write of a
+report.
 
     hosts = targeted_hosts(None, task_vars)           # every host the play targets, sorted
     record = host_record(fleet.get(host), "patrol", {"job_status": "patrol_probe"})
@@ -56,6 +57,43 @@ def host_record(host_vars, kind, result_vars):
         return record
     record.update((key, host_var(host_vars, result_vars[option])) for key, option in RESULTS_BY_KIND[kind])
     return record
+
+
+def provider_read(host, host_vars, provider_var):
+    """The provider's facts of ``host`` read in this run (``instance_info``'s ``facts``, registered as the variable
+    ``provider_var`` by a task that loops over the hosts it asks about: the result whose ``item`` is the host), or
+    None when the run did not ask about it or the provider did not answer."""
+    registered = host_var(host_vars, provider_var) if provider_var else None
+    results = registered.get("results") if isinstance(registered, dict) else None
+    for read in results if isinstance(results, list) else ():
+        if isinstance(read, dict) and read.get("item") == host:
+            if read.get("failed") or not isinstance(read.get("facts"), dict):
+                return None
+            return read["facts"]
+    return None
+
+
+def provider_facts(host, host_vars, provider_var):
+    """The provider facts of the host (provider_state and the rest): those read in this run (``provider_read``)
+    before those an inventory plugin or rent set, or None for a host of a static inventory (no provider_state).
+    ``read`` says whether they were read in this run."""
+    fresh = provider_read(host, host_vars, provider_var)
+
+    def fact(key):
+        return fresh.get(key) if fresh is not None else host_var(host_vars, key)
+
+    state = fact("provider_state")
+    if not state:
+        return None
+    name = fact("provider")
+    record = fact(name) if isinstance(name, str) and name else None
+    return {"state": state, "provider": name, "id": fact("provider_id"),
+            "status": fact("provider_status"),
+            "message": fact("provider_state_message"),
+            "durable_dir": host_var(host_vars, "trainer_durable_dir"),
+            # the curated record the plugin keeps in hostvars (<provider>): what a re-rent command is built from
+            "record": record if isinstance(record, dict) else None,
+            "read": fresh is not None}
 
 
 def write_file(path, text, what):

@@ -154,11 +154,30 @@ def _pct(value):
     return "-" if value is None else "%d%%" % value
 
 
-def _no_answer_row(host, platform, probe):
-    """The row of a host whose job_status task did not run (NO_RESULT) or did not answer (UNREACHABLE)."""
+def provider_word(provider):
+    """What the host's provider says of a box that did not answer (one line), or None: its state where it is not
+    running, with the provider's sentence; ``running`` only where it was read in this run (the SSH path is broken,
+    not the box). ``provider``: fleet_hosts.provider_facts."""
+    if not isinstance(provider, dict) or not provider.get("state"):
+        return None
+    state, name = str(provider["state"]), str(provider.get("provider") or "the provider")
+    if state == "running":
+        return ("%s says instance %s runs: its SSH path is broken, not the box (look at the address and the port "
+                "in the provider's console)" % (name, provider.get("id"))) if provider.get("read") else None
+    message = " ".join(str(provider.get("message") or "").split())
+    return "%s says instance %s is %s%s" % (name, provider.get("id"), state,
+                                            (": " + fleet_table.clip(message, 240)) if message else "")
+
+
+def _no_answer_row(host, platform, probe, provider=None):
+    """The row of a host whose job_status task did not run (NO_RESULT) or did not answer (UNREACHABLE), with what
+    its provider says of it (:func:`provider_word`)."""
     if isinstance(probe, dict):
         row = fleet_table.unreachable_row(host, platform, probe)
-        line = "%s UNREACHABLE: %s" % (host, fleet_table.unreachable_text(probe))
+        said = provider_word(provider)
+        if said:
+            row["top_finding"] = "unreachable: %s (%s)" % (said, fleet_table.unreachable_text(probe))
+        line = "%s UNREACHABLE: %s" % (host, row["top_finding"][len("unreachable: "):])
     else:
         row = fleet_table.no_result_row(host, platform)
         line = "%s NO_RESULT: %s" % (host, row["top_finding"])
@@ -170,7 +189,8 @@ def _no_answer_row(host, platform, probe):
 def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     """One patrol row (and its one-line summary, ``line``) from a host's record.
 
-    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``) and
+    ``record`` holds the host's profile (``platform``, ``data_dir``, ``durable_dir``, ``interpreter``), its
+    provider's word (``provider``: fleet_hosts.provider_facts, or None; read for a host that did not answer) and
     ``probe``: the raw result of the job_status task (a result with ``unreachable`` or ``failed`` and no ``jobs``
     when it did not run, None when the host failed before it). The verdict is FAIL (escalate) on any FAIL finding
     or an escalating WARN (PATROL_ESCALATE_WARN; every WARN when ``strict``), WARN on other WARN findings, else PASS;
@@ -189,7 +209,7 @@ def patrol_row(host, record, strict=False, tail_lines=3, idle_billing=None):
     if malformed:
         probe = {"jobs": [], "findings": [fleet_table.malformed_result("job_status", malformed)]}
     if not isinstance(probe, dict) or probe.get("unreachable"):
-        return _no_answer_row(host, platform, probe)
+        return _no_answer_row(host, platform, probe, record.get("provider"))
     probed = not (probe.get("failed") and not probe.get("jobs") and not probe.get("findings"))
     if not probed:
         findings = [fleet_table.probe_failure(probe, "patrol", probe="job_status", timeout_hint="patrol_host_timeout",

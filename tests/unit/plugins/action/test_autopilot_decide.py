@@ -167,7 +167,7 @@ def test_the_providers_word_read_in_the_tick_takes_the_place_of_the_state_rent_w
         {"item": "failed", "failed": False, "msg": "vastai: no API key. Set the environment variable VAST_API_KEY",
          "error_kind": "no_key"},
         {"item": "other", "facts": dict(fresh["facts"], provider_state="running")}]}
-    hostvars = dict((name, dict(rented, autopilot_provider_now=registered)) for name in ("read", "failed", "skipped"))
+    hostvars = dict((name, dict(rented, provider_now=registered)) for name in ("read", "failed", "skipped"))
     result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
     decisions = result["decisions"]
     assert decisions["read"]["state"] == "preempted", decisions["read"]

@@ -313,3 +313,21 @@ def test_preflight_needs_the_probe_or_the_three_results(screen):
     result = run_action({"result_vars": {"inode_check": "preflight_storage"}}, task_vars())
     assert result["failed"] and "needs result_vars.gpu_health, result_vars.env_audit" in result["msg"]
     assert "(or result_vars.preflight_probe alone)" in result["msg"]
+
+
+def test_a_rented_box_that_did_not_answer_is_told_with_its_providers_word(screen):
+    """patrol.yml asks the provider about a rented box that did not answer (provider_now, one result per host
+    asked about); its row says preempted where the inventory rent wrote still says running."""
+    hostvars = patrol_vars()
+    rented = {"provider": "vastai", "provider_id": "9000002", "provider_state": "running"}
+    hostvars["lab-05"].update(rented)
+    read = {"changed": False, "results": [{"item": "lab-05", "found": True, "state": "preempted", "facts": dict(
+        rented, provider_state="preempted", provider_state_message="vast.ai instance 9000002 is stopped by the market")}]}
+    for host in hostvars:
+        hostvars[host]["provider_now"] = read
+    result = run_action({"result_vars": dict(PATROL_VARS, instance_info="provider_now"), "kind": "patrol",
+                         "title": "patrol"}, task_vars(None, hostvars))
+    lines = screen[0].splitlines()
+    assert "lab-05 UNREACHABLE: vastai says instance 9000002 is preempted: vast.ai instance 9000002 is stopped by the " \
+           "market (refused)" in lines, lines
+    assert "lab-05: unreachable: vastai says instance 9000002 is preempted" in result["msg"], result["msg"]

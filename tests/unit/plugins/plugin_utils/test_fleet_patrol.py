@@ -156,3 +156,28 @@ def test_patrol_a_dying_gpu_says_why_the_job_is_gone_and_gpu_findings_escalate()
     row = fleet_patrol.patrol_row("lab-03", patrol_record(probe([job()], [
         finding_of("WARN", "gpu_sample_empty", "the GPU sample came back empty: ...")])))
     assert row["verdict"] == "WARN" and row["reasons"] == [] and row["top_finding"].startswith("gpu_sample_empty: ")
+
+
+def test_a_box_that_did_not_answer_says_what_its_provider_says_of_it():
+    """The inventory rent wrote says running; the run's read of the provider (provider_facts, read=True) says
+    preempted, or running (then the SSH path is broken, not the box); the inventory's own running says nothing."""
+    down = {"unreachable": True, "msg": "Task failed: ssh: connect to host 203.0.113.7 port 41007: Connection refused"}
+    preempted = {"state": "preempted", "provider": "vastai", "id": "9000002", "read": True,
+                 "message": "vast.ai instance 9000002 is stopped by the market (a bid instance outbid)"}
+    row = fleet_patrol.patrol_row("sweep-a-9000002", dict(patrol_record(down), provider=preempted))
+    assert row["verdict"] == "UNREACHABLE", row
+    assert row["line"] == ("sweep-a-9000002 UNREACHABLE: vastai says instance 9000002 is preempted: vast.ai instance "
+                           "9000002 is stopped by the market (a bid instance outbid) (ssh: connect to host 203.0.113.7 "
+                           "port 41007: Connection refused)")
+    assert row["reasons"] == [row["top_finding"]] and row["top_finding"].startswith("unreachable: vastai says")
+    runs = dict(preempted, state="running", message=None)
+    assert "vastai says instance 9000002 runs: its SSH path is broken, not the box" in fleet_patrol.patrol_row(
+        "h", dict(patrol_record(down), provider=runs))["line"]
+    # the inventory's running (not read in this run) and a static inventory's host: the SSH error alone
+    for provider in (dict(runs, read=False), None):
+        assert fleet_patrol.patrol_row("h", dict(patrol_record(down), provider=provider))["line"] == (
+            "h UNREACHABLE: ssh: connect to host 203.0.113.7 port 41007: Connection refused")
+    # a dynamic inventory's stopped box (not read in this run, but not running): its word
+    stopped = dict(preempted, state="stopped", read=False, message="")
+    assert fleet_patrol.patrol_row("h", dict(patrol_record(down), provider=stopped))["line"].startswith(
+        "h UNREACHABLE: vastai says instance 9000002 is stopped (ssh: connect")
