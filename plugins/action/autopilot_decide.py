@@ -270,8 +270,7 @@ class ActionModule(DocumentedAction):
     def act(self, result, args, task_vars):
         if args["history_dir"] is None:
             args["history_dir"] = os.path.join(os.path.dirname(args["report_path"]), "history")
-        if args["launch_record_dir"] is None:
-            args["launch_record_dir"] = os.path.join(os.path.dirname(os.path.abspath(args["report_path"])), "launches")
+        args["launch_record_dir"] = os.path.abspath(args["launch_record_dir"])
         hostvars = HostVariables(task_vars.get("hostvars"), self._templar)
         hosts = targeted_hosts(None, task_vars)
         now = time.time()

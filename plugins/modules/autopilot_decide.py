@@ -88,8 +88,10 @@ options:
       - Where launch recorded each job it started on each box (C(<launch_record_dir>/<host>/<job>.json), the role
         P(remote_gpu.trainer.launch#role)'s C(launch_record_dir)), read with O(phase=decide) for each host to
         replace (at most 100 records of 1 MiB each; a link or a file that is not regular is refused, not followed).
-      - Omitted, C(launches) next to O(report_path) (C(reports/launches) by default), where launch writes them.
+      - The default is launch's own (C(launch_record_dir)); a relative path is taken from the directory the tick
+        runs in, as launch takes it from the one it runs in.
     type: path
+    default: reports/launches
   report_path:
     description: The JSON report of the tick (written by V(record), also in check mode).
     type: path

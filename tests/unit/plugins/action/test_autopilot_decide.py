@@ -198,7 +198,8 @@ def test_a_replaced_box_carries_the_records_of_every_job_its_launches_wrote(tmp_
     secret.write_text(json.dumps({"launch_name": "planted"}))
     (records / "planted.json").symlink_to(secret)
     hostvars = {"old": dict(box), "bare": dict(box, provider_id="i-2")}
-    result = run_action(ActionModule, args(tmp_path, phase="decide"), task_vars=play(hostvars, tmp_path))
+    result = run_action(ActionModule, args(tmp_path, phase="decide", launch_record_dir=str(tmp_path / "launches")),
+                        task_vars=play(hostvars, tmp_path))
     old = result["decisions"]["old"]
     assert old["act"] == "replace", old
     assert sorted(old["relaunch"]["jobs"]) == ["exp2", "train"]
@@ -207,7 +208,7 @@ def test_a_replaced_box_carries_the_records_of_every_job_its_launches_wrote(tmp_
     assert [line.split(" ")[0] for line in old["relaunch"]["refused"]] == [str(records / "planted.json")]
     bare = result["decisions"]["bare"]
     assert bare["act"] == "replace" and bare["relaunch"]["jobs"] == {} and bare["relaunch"]["refused"] == []
-    # launch_record_dir given: read there
+    # another launch_record_dir: read there (nothing)
     moved = run_action(ActionModule, args(tmp_path, phase="decide", launch_record_dir=str(tmp_path / "none")),
                        task_vars=play(hostvars, tmp_path))
     assert moved["decisions"]["old"]["relaunch"]["jobs"] == {}
