@@ -236,6 +236,8 @@ def test_the_readmes_rent_flow_replaces_a_preempted_box_with_both_its_experiment
     assert rows[new]["state"] == "done" and rows[other]["state"] == "done", (rows[new], rows[other])
     assert deletes(fake) == [str(old_vars["provider_id"])]
     assert rented_hosts(laptop) == {"vastai": sorted([other, new]), "rent_sweep_a": sorted([other, new])}
+    # the destroyed box's launch records go with it (the replacement's stand)
+    assert sorted(p.name for p in (laptop / "reports" / "launches").iterdir()) == sorted([other, new])
 
     # the user pulls the results to the laptop and stops both meters, approved by name
     playbook(lab, "-i", RENTED, "remote_gpu.trainer.teardown", "-e", json.dumps(DURABLE),
@@ -249,3 +251,4 @@ def test_the_readmes_rent_flow_replaces_a_preempted_box_with_both_its_experiment
         best = [p.read_bytes() for where in pulled for p in where.rglob("best.safetensors")]
         assert sorted(best) == sorted(checkpoint(a) for a in queue), job
     assert rented_hosts(laptop) == {"vastai": [], "rent_sweep_a": []}
+    assert list((laptop / "reports" / "launches").iterdir()) == []
