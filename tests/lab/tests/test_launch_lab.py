@@ -123,7 +123,7 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     # code record (code.json) is one of the 6: push_code runs it right after the rsync, in its own task. The count
     # does not depend on the machine's noise.
     # At most 23 tasks per host, the profile play's and the run-once ones included, the launch record on the
-    # controller one of them (72 before the environment roles'
+    # controller one of them, run once for the fleet (72 before the environment roles'
     # work was gathered into launch's one write_files run and tasks with nothing to do stopped being included; 29
     # while Ansible validated the role's spec on every host instead of play_vars once, and while prepare.yml was
     # included on each host instead of imported after a meta end_role, which runs in Ansible's main process and is
@@ -133,7 +133,7 @@ def test_queue_of_7_over_3_hosts_runs_each_item_once_on_its_host(fleet, src, tmp
     # command task of its own; 23 while the queue runner's start was behind an include of its own). The first host
     # carries the run-once tasks: one worker each for the whole fleet, so the other hosts run 4 fewer.
     fresh = tasks_run(proc)
-    assert fresh["lab-01"] <= 23 and all(fresh[host] <= 19 for host in HOSTS[1:]), fresh
+    assert fresh["lab-01"] <= 23 and all(fresh[host] <= 18 for host in HOSTS[1:]), fresh
     assert ssh.per_host(fleet, HOSTS) == dict.fromkeys(HOSTS, 6)
     # What a person reads, under the shipped ansible.cfg (remote_gpu.trainer.quiet, skipped and ok results hidden but
     # the messages of the reports): the assignment table, what changed, one line per host and the recap; not each
