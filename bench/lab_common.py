@@ -64,6 +64,14 @@ def seed_script(name):
     return "\n".join(lines) + "\n"
 
 
+def fleet_up_failed(up):
+    """The message for a ``tests/lab/fleet up`` that failed (its CompletedProcess): its own last lines, and the fix."""
+    said = [line for line in (up.stderr or "").strip().splitlines() if line.strip()][-5:]
+    return "bench: tests/lab/fleet up failed (exit %s)%s\nbench: mend what it says (where a program is missing, " \
+        "'make setup' as root installs what the lab needs), then run the benchmark again" % (
+            up.returncode, "".join("\n  " + line for line in said))
+
+
 @contextlib.contextmanager
 def lab_fleet(size, *args):
     """A fleet in its own state directory (so it never touches a fleet already up); always taken down.
@@ -77,9 +85,11 @@ def lab_fleet(size, *args):
     # OpenSSH's default key exchange, as on a user's fleet (the tests' fleets offer a cheaper one: LAB_SSH_KEX)
     env = dict(os.environ, LAB_STATE_DIR=state, LAB_SSH_KEX=os.environ.get("LAB_SSH_KEX", ""))
     try:
-        out = subprocess.run([str(FLEET), "up", "--size", str(size), *args], env=env, check=True,
-                             capture_output=True, text=True).stdout
-        yield pathlib.Path(out.strip().splitlines()[-1]), pathlib.Path(state), env
+        up = subprocess.run([str(FLEET), "up", "--size", str(size), *args], env=env, check=False,
+                            capture_output=True, text=True)
+        if up.returncode != 0 or not up.stdout.strip():
+            raise SystemExit(fleet_up_failed(up))
+        yield pathlib.Path(up.stdout.strip().splitlines()[-1]), pathlib.Path(state), env
     finally:
         subprocess.run([str(FLEET), "down"], env=env, check=False, capture_output=True)
         shutil.rmtree(state, ignore_errors=True)

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "bench"))
 
-from lab_common import ssh_timeline, timing_ssh  # noqa: E402
+from lab_common import fleet_up_failed, ssh_timeline, timing_ssh  # noqa: E402
 
 
 def test_the_wrapper_runs_the_real_ssh_and_logs_each_execution(tmp_path):
@@ -54,3 +54,13 @@ def test_an_execution_still_running_counts_to_the_end_of_the_run():
 def test_no_execution_is_no_timeline():
     assert ssh_timeline("", 0.0, 1.0) is None
     assert ssh_timeline("E 1 0.5\n", 0.0, 1.0) is None
+
+
+def test_a_fleet_that_does_not_come_up_is_told_with_its_own_words_and_the_fix():
+    up = subprocess.CompletedProcess(["fleet", "up"], 1, stdout="", stderr=(
+        "fleet up: FAILED: [Errno 2] No such file or directory: '/usr/bin/tinyproxy'\n"
+        "fleet up: cleaned up the partial fleet (LAB_KEEP_FAILED=1 keeps it for debugging)\n"))
+    message = fleet_up_failed(up)
+    assert message.startswith("bench: tests/lab/fleet up failed (exit 1)")
+    assert "No such file or directory: '/usr/bin/tinyproxy'" in message and "make setup" in message
+    assert "Traceback" not in message
