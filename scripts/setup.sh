@@ -35,23 +35,33 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# build_venv VENV PYTHON REQUIREMENTS: VENV with PYTHON and the pinned REQUIREMENTS, installed once and again only
-# when that file changes (its sha256 is kept in the venv, with the interpreter's path and version); a venv of
-# another interpreter is made anew.
+# build_venv VENV PYTHON REQUIREMENTS: VENV with PYTHON, the pinned REQUIREMENTS, and every package they pull in at
+# the version of its lock (constraints-*.txt beside it: pip freeze of a venv that passed make test, so that a new
+# release of an unpinned dependency cannot change a fresh clone's tests), installed once and again only when either
+# file changes (their sha256 is kept in the venv, with the interpreter's path and version); a venv of another
+# interpreter is made anew. Where the lock is missing it is written from the venv just built: to take newer
+# dependencies, delete it, run make setup and make test, and commit the new lock.
 build_venv() {
-  local venv=$1 interp=$2 requirements=$3 stamp=$1/.requirements.sha256 python want
+  local venv=$1 interp=$2 requirements=$3 lock=${3/requirements/constraints} stamp=$1/.requirements.sha256
+  local python want constraint=()
   python=$("$interp" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-  want="$(sha256sum "$requirements" | cut -d' ' -f1) $python"
-  [[ -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && return 0
+  want="$({ cat "$requirements"; [[ ! -f $lock ]] || cat "$lock"; } | sha256sum | cut -d' ' -f1) $python"
+  [[ -f $lock && -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && return 0
   if [[ ! -x $venv/bin/python || ! -f $stamp || $(cut -d' ' -f2- "$stamp") != "$python" ]]; then
     echo "setup: creating $venv with Python ${python#* } ($interp)"
     rm -rf "$venv"
     "$interp" -m venv "$venv"
   fi
-  echo "setup: installing $requirements into $venv"
+  [[ -f $lock ]] && constraint=(-c "$lock")
+  echo "setup: installing $requirements${constraint[*]:+ (locked by $lock)} into $venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -r "$requirements"
-  echo "$want" > "$stamp"
+  "$venv/bin/python" -m pip install -q -r "$requirements" "${constraint[@]}"
+  if [[ ! -f $lock ]]; then
+    { echo "# The lock of $requirements (scripts/setup.sh's build_venv): pip freeze of its venv, Python ${python#* }."
+      "$venv/bin/python" -m pip freeze --exclude-editable; } > "$lock"
+    echo "setup: wrote $lock from $venv: commit it once make test passes"
+  fi
+  echo "$(cat "$requirements" "$lock" | sha256sum | cut -d' ' -f1) $python" > "$stamp"
 }
 
 # .venv's Python (ansible-core 2.19, the controller of make demo and of most of make test): PYTHON if set, else the
