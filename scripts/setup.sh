@@ -41,11 +41,14 @@ fi
 # file changes (their sha256 is kept in the venv, with the interpreter's path and version); a venv of another
 # interpreter is made anew. Where the lock is missing it is written from the venv just built: to take newer
 # dependencies, delete it, run make setup and make test, and commit the new lock.
+# digest REQUIREMENTS LOCK: the sha256 of the requirements file and of its lock where there is one.
+digest() { { cat "$1"; [[ ! -f $2 ]] || cat "$2"; } | sha256sum | cut -d' ' -f1; }
+
 build_venv() {
   local venv=$1 interp=$2 requirements=$3 lock=${3/requirements/constraints} stamp=$1/.requirements.sha256
   local python want constraint=()
   python=$("$interp" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')
-  want="$({ cat "$requirements"; [[ ! -f $lock ]] || cat "$lock"; } | sha256sum | cut -d' ' -f1) $python"
+  want="$(digest "$requirements" "$lock") $python"
   [[ -f $lock && -f $stamp && $(cat "$stamp") == "$want" && -x $venv/bin/python ]] && return 0
   if [[ ! -x $venv/bin/python || ! -f $stamp || $(cut -d' ' -f2- "$stamp") != "$python" ]]; then
     echo "setup: creating $venv with Python ${python#* } ($interp)"
@@ -61,7 +64,7 @@ build_venv() {
       "$venv/bin/python" -m pip freeze --exclude-editable; } > "$lock"
     echo "setup: wrote $lock from $venv: commit it once make test passes"
   fi
-  echo "$(cat "$requirements" "$lock" | sha256sum | cut -d' ' -f1) $python" > "$stamp"
+  echo "$(digest "$requirements" "$lock") $python" > "$stamp"
 }
 
 # .venv's Python (ansible-core 2.19, the controller of make demo and of most of make test): PYTHON if set, else the
